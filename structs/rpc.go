@@ -1,0 +1,72 @@
+package structs
+
+import "time"
+
+// QueryOptions is embedded in every read request.
+type QueryOptions struct {
+	// Region-less: claimd has one cluster. AllowStale lets any server answer
+	// from its local state instead of forwarding to the leader.
+	AllowStale bool
+	// MinQueryIndex makes a read block until the state index passes it
+	// (a blocking query), or MaxQueryTime passes.
+	MinQueryIndex uint64
+	MaxQueryTime  time.Duration
+	// Forwarded is set by a server that forwarded the request, so that the
+	// receiver never forwards it again (one hop at most).
+	Forwarded bool
+}
+
+func (q *QueryOptions) IsRead() bool         { return true }
+func (q *QueryOptions) AllowStaleRead() bool { return q.AllowStale }
+func (q *QueryOptions) IsForwarded() bool    { return q.Forwarded }
+func (q *QueryOptions) SetForwarded()        { q.Forwarded = true }
+
+// WriteRequest is embedded in every write request.
+type WriteRequest struct {
+	Forwarded bool
+}
+
+func (w *WriteRequest) IsRead() bool         { return false }
+func (w *WriteRequest) AllowStaleRead() bool { return false }
+func (w *WriteRequest) IsForwarded() bool    { return w.Forwarded }
+func (w *WriteRequest) SetForwarded()        { w.Forwarded = true }
+
+// RPCInfo is what the forwarding layer needs to know about a request.
+type RPCInfo interface {
+	IsRead() bool
+	AllowStaleRead() bool
+	IsForwarded() bool
+	SetForwarded()
+}
+
+// QueryMeta is embedded in every read response.
+type QueryMeta struct {
+	// Index is the Raft index of the newest change to what was read; pass it
+	// as MinQueryIndex to wait for the next change.
+	Index uint64
+	// KnownLeader is false when the answering server had no leader (only
+	// possible for stale reads).
+	KnownLeader bool
+	// LastContact is how long ago the answering server heard from the leader
+	// (0 on the leader itself).
+	LastContact time.Duration
+}
+
+// WriteMeta is embedded in every write response.
+type WriteMeta struct {
+	// Index is the Raft index at which the write was committed.
+	Index uint64
+}
+
+// GenericRequest is a read with no arguments.
+type GenericRequest struct {
+	QueryOptions
+}
+
+// GenericResponse is a write with no result beyond its index.
+type GenericResponse struct {
+	WriteMeta
+}
+
+// EmptyArgs is for Status calls that take nothing.
+type EmptyArgs struct{}

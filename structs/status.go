@@ -1,0 +1,60 @@
+package structs
+
+// ServerInfo identifies one server for bootstrap-expect and joins.
+type ServerInfo struct {
+	ID   string // Raft server ID (stable, kept in the data dir)
+	Name string // node name, for humans
+	Addr string // the one RPC/Raft address, host:port
+	// BootstrapExpect is the -bootstrap-expect the server was started with;
+	// servers that disagree refuse to bootstrap together.
+	BootstrapExpect int
+	// HasState is true when the server's Raft log or snapshots are not empty:
+	// it belongs to a cluster already and must never bootstrap a new one.
+	HasState bool
+}
+
+// HelloRequest is sent by a server to a join address to exchange identities.
+type HelloRequest struct {
+	From ServerInfo
+}
+
+// HelloResponse tells the caller who the receiver is and whom it knows.
+type HelloResponse struct {
+	Self   ServerInfo
+	Known  []ServerInfo
+	Leader string // leader address, empty when none is known
+}
+
+// RaftServer is one member of the Raft configuration, as shown to operators.
+type RaftServer struct {
+	ID      string
+	Node    string
+	Address string
+	Leader  bool
+	Voter   bool
+}
+
+// RaftConfigurationResponse lists the Raft members.
+type RaftConfigurationResponse struct {
+	Servers []RaftServer
+	Index   uint64
+}
+
+// RaftPeerRequest names a Raft member by ID or address.
+type RaftPeerRequest struct {
+	ID      string
+	Address string
+	WriteRequest
+}
+
+// RaftJoinRequest asks the leader to add a server as a voter.
+type RaftJoinRequest struct {
+	Server ServerInfo
+	WriteRequest
+}
+
+// TransferLeadershipRequest moves leadership; an empty ID lets Raft pick.
+type TransferLeadershipRequest struct {
+	ID string
+	WriteRequest
+}
