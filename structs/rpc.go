@@ -70,3 +70,24 @@ type GenericResponse struct {
 
 // EmptyArgs is for Status calls that take nothing.
 type EmptyArgs struct{}
+
+// Blocking query bounds. A query without MaxQueryTime waits the default; no
+// query waits longer than the maximum, so a lost caller costs a bounded time.
+const (
+	DefaultQueryTime = 5 * time.Minute
+	MaxQueryTime     = 10 * time.Minute
+)
+
+// QueryWait is how long a blocking query may wait at the server.
+func (q *QueryOptions) QueryWait() time.Duration {
+	if q.MinQueryIndex == 0 {
+		return 0
+	}
+	if q.MaxQueryTime <= 0 {
+		return DefaultQueryTime
+	}
+	if q.MaxQueryTime > MaxQueryTime {
+		return MaxQueryTime
+	}
+	return q.MaxQueryTime
+}

@@ -91,6 +91,22 @@ type Volume struct {
 	Context        map[string]string `json:"context,omitempty"`
 	Secrets        Secrets           `json:"secrets,omitempty"`
 
+	// The claims, keyed by alloc ID. Only the state machine writes them: a
+	// register request's claim fields are ignored. Live claims are taken;
+	// past claims are being released and still count against exclusivity
+	// until freed (DESIGN.md section 4).
+	ReadClaims  map[string]*Claim `json:"read_claims,omitempty"`
+	WriteClaims map[string]*Claim `json:"write_claims,omitempty"`
+	PastClaims  map[string]*Claim `json:"past_claims,omitempty"`
+
+	// CurrentAccessMode and CurrentAttachmentMode are the modes the volume
+	// is in use with: set by the first claim, kept while any claim (live or
+	// past) remains, and reset when the last one is freed. They are what a
+	// node that still has the volume attached is using, whatever the
+	// registration says.
+	CurrentAccessMode     AccessMode     `json:"current_access_mode,omitempty"`
+	CurrentAttachmentMode AttachmentMode `json:"current_attachment_mode,omitempty"`
+
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
 }
@@ -142,22 +158,82 @@ func (v *Volume) Validate() error {
 		(v.MountOptions.FSType != "" || len(v.MountOptions.MountFlags) > 0) {
 		return Invalid("mount_options", "not allowed with attachment_mode \"block-device\"")
 	}
-	for field, m := range map[string]map[string]string{
-		"parameters": v.Parameters, "context": v.Context, "secrets": v.Secrets,
-	} {
-		if len(m) > maxVolumeMapEntries {
-			return Invalid(field, fmt.Sprintf("has %d entries, at most %d allowed", len(m), maxVolumeMapEntries))
-		}
-		for k, val := range m {
-			if k == "" {
-				return Invalid(field, "keys must not be empty")
-			}
-			if len(k)+len(val) > maxVolumeValueLen {
-				return Invalid(field+"."+k, fmt.Sprintf("longer than %d bytes", maxVolumeValueLen))
-			}
+	if v.MountOptions != nil && len(v.MountOptions.MountFlags) > maxVolumeMapEntries {
+		return Invalid("mount_options.mount_flags", fmt.Sprintf("has %d entries, at most %d allowed",
+			len(v.MountOptions.MountFlags), maxVolumeMapEntries))
+	}
+	// Fixed order, so that a volume with several bad fields gets the same
+	// error on every server (Apply results must be deterministic).
+	for _, f := range []struct {
+		field string
+		m     map[string]string
+	}{{"parameters", v.Parameters}, {"context", v.Context}, {"secrets", v.Secrets}} {
+		if err := validateStringMap(f.field, f.m); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// validateStringMap bounds a user-supplied map. Keys are checked in sorted
+// order so the error, if any, is the same on every server.
+func validateStringMap(field string, m map[string]string) error {
+	if len(m) > maxVolumeMapEntries {
+		return Invalid(field, fmt.Sprintf("has %d entries, at most %d allowed", len(m), maxVolumeMapEntries))
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "" {
+			return Invalid(field, "keys must not be empty")
+		}
+		if len(k)+len(m[k]) > maxVolumeValueLen {
+			return Invalid(field+"."+k, fmt.Sprintf("longer than %d bytes", maxVolumeValueLen))
+		}
+	}
+	return nil
+}
+
+// HasClaims reports whether any claim, live or past, holds the volume.
+func (v *Volume) HasClaims() bool {
+	return len(v.ReadClaims)+len(v.WriteClaims)+len(v.PastClaims) > 0
+}
+
+// LiveClaim returns the alloc's live (taken) claim, or nil.
+func (v *Volume) LiveClaim(allocID string) *Claim {
+	if c, ok := v.WriteClaims[allocID]; ok {
+		return c
+	}
+	return v.ReadClaims[allocID]
+}
+
+// Claim returns the alloc's claim, live or past, or nil.
+func (v *Volume) Claim(allocID string) *Claim {
+	if c := v.LiveClaim(allocID); c != nil {
+		return c
+	}
+	return v.PastClaims[allocID]
+}
+
+// AllClaims returns every claim (live, then past) sorted by alloc ID within
+// each group, so callers never depend on map order.
+func (v *Volume) AllClaims() []*Claim {
+	out := make([]*Claim, 0, len(v.ReadClaims)+len(v.WriteClaims)+len(v.PastClaims))
+	out = append(out, sortedClaims(v.WriteClaims)...)
+	out = append(out, sortedClaims(v.ReadClaims)...)
+	return append(out, sortedClaims(v.PastClaims)...)
+}
+
+func sortedClaims(m map[string]*Claim) []*Claim {
+	out := make([]*Claim, 0, len(m))
+	for _, c := range m {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AllocID < out[j].AllocID })
+	return out
 }
 
 // Copy returns a deep copy; state-store objects are never mutated in place.
@@ -174,7 +250,21 @@ func (v *Volume) Copy() *Volume {
 	c.Parameters = copyStringMap(v.Parameters)
 	c.Context = copyStringMap(v.Context)
 	c.Secrets = Secrets(copyStringMap(v.Secrets))
+	c.ReadClaims = copyClaims(v.ReadClaims)
+	c.WriteClaims = copyClaims(v.WriteClaims)
+	c.PastClaims = copyClaims(v.PastClaims)
 	return &c
+}
+
+func copyClaims(m map[string]*Claim) map[string]*Claim {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*Claim, len(m))
+	for k, c := range m {
+		out[k] = c.Copy()
+	}
+	return out
 }
 
 // Sanitize returns a copy fit to show an operator: secrets redacted.

@@ -1,0 +1,153 @@
+// Package api is the Go client for claimd servers, used by the CLI, the
+// tests and the benchmarks. It speaks msgpack RPC over one yamux session
+// (protocol byte 0x03) to one server at a time, moving to the next address
+// when that server cannot be reached.
+package api
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
+)
+
+// DefaultAddress is where the CLI looks for a server without -address or
+// CLAIMD_ADDR.
+const DefaultAddress = "127.0.0.1:4647"
+
+// Config configures a Client.
+type Config struct {
+	// Addresses of servers, tried in order.
+	Addresses []string
+	// Timeout bounds each call that is not a blocking query (default 60s:
+	// writes may be held for a leader for several seconds).
+	Timeout time.Duration
+	Dialer  rpc.Dialer
+	Logger  hclog.Logger
+}
+
+// AddressesFromEnv splits a comma-separated list, or CLAIMD_ADDR, or the
+// default.
+func AddressesFromEnv(flagValue string) []string {
+	v := flagValue
+	if v == "" {
+		v = os.Getenv("CLAIMD_ADDR")
+	}
+	if v == "" {
+		v = DefaultAddress
+	}
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg Config
+
+	mu   sync.Mutex
+	next int // index of the address to use
+	conn *rpc.MuxClient
+}
+
+// NewClient makes a client; it dials on first use.
+func NewClient(cfg Config) (*Client, error) {
+	if len(cfg.Addresses) == 0 {
+		return nil, errors.New("api: at least one server address is required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+// Close closes the session.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		err := c.conn.Close()
+		c.conn = nil
+		return err
+	}
+	return nil
+}
+
+func (c *Client) session(ctx context.Context) (*rpc.MuxClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil && !c.conn.IsClosed() {
+		return c.conn, nil
+	}
+	var lastErr error
+	for range c.cfg.Addresses {
+		addr := c.cfg.Addresses[c.next%len(c.cfg.Addresses)]
+		conn, err := rpc.DialMux(ctx, c.cfg.Dialer, addr, c.cfg.Logger)
+		if err == nil {
+			c.conn = conn
+			return conn, nil
+		}
+		lastErr = err
+		c.next++
+	}
+	return nil, lastErr
+}
+
+// dropSession forgets a broken session and moves to the next address.
+func (c *Client) dropSession(conn *rpc.MuxClient) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == conn {
+		c.conn.Close()
+		c.conn = nil
+		c.next++
+	}
+}
+
+// Call invokes an RPC method. Calls that fail before being sent are retried
+// on the next server; others return their error, testable with errors.Is
+// against the structs.Err* sentinels.
+func (c *Client) Call(ctx context.Context, method string, args, reply any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		timeout := c.cfg.Timeout
+		if q, ok := args.(interface{ QueryWait() time.Duration }); ok {
+			timeout += q.QueryWait()
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var err error
+	for range len(c.cfg.Addresses) + 1 {
+		var conn *rpc.MuxClient
+		conn, err = c.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = conn.Call(ctx, method, args, reply)
+		if err == nil || !errors.Is(err, structs.ErrUnavailable) {
+			return err
+		}
+		if conn.IsClosed() || errors.Is(err, rpc.ErrNotSent) {
+			c.dropSession(conn)
+		}
+		if !errors.Is(err, rpc.ErrNotSent) {
+			return err
+		}
+	}
+	return err
+}

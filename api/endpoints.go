@@ -1,0 +1,72 @@
+package api
+
+import (
+	"context"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Ping checks that the server answers.
+func (c *Client) Ping(ctx context.Context) error {
+	return c.Call(ctx, "Status.Ping", &structs.EmptyArgs{}, &struct{}{})
+}
+
+// Leader returns the leader's address as the connected server knows it.
+func (c *Client) Leader(ctx context.Context) (string, error) {
+	var out string
+	err := c.Call(ctx, "Status.Leader", &structs.EmptyArgs{}, &out)
+	return out, err
+}
+
+// Peers returns the Raft voters' addresses.
+func (c *Client) Peers(ctx context.Context) ([]string, error) {
+	var out []string
+	err := c.Call(ctx, "Status.Peers", &structs.EmptyArgs{}, &out)
+	return out, err
+}
+
+// RaftConfiguration lists the Raft members; stale answers locally.
+func (c *Client) RaftConfiguration(ctx context.Context, stale bool) (*structs.RaftConfigurationResponse, error) {
+	var out structs.RaftConfigurationResponse
+	args := &structs.GenericRequest{QueryOptions: structs.QueryOptions{AllowStale: stale}}
+	err := c.Call(ctx, "Operator.RaftGetConfiguration", args, &out)
+	return &out, err
+}
+
+// RaftRemovePeer removes a server by ID or address.
+func (c *Client) RaftRemovePeer(ctx context.Context, id, address string) error {
+	return c.Call(ctx, "Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: id, Address: address}, &structs.GenericResponse{})
+}
+
+// TransferLeadership moves leadership to id ("" = any).
+func (c *Client) TransferLeadership(ctx context.Context, id string) error {
+	return c.Call(ctx, "Operator.TransferLeadership", &structs.TransferLeadershipRequest{ID: id}, &structs.GenericResponse{})
+}
+
+// RegisterVolumes creates or updates volumes and returns the commit index.
+func (c *Client) RegisterVolumes(ctx context.Context, vols ...*structs.Volume) (uint64, error) {
+	var out structs.GenericResponse
+	err := c.Call(ctx, "Volume.Register", &structs.VolumeRegisterRequest{Volumes: vols}, &out)
+	return out.Index, err
+}
+
+// DeregisterVolumes removes volumes.
+func (c *Client) DeregisterVolumes(ctx context.Context, force bool, ids ...string) (uint64, error) {
+	var out structs.GenericResponse
+	err := c.Call(ctx, "Volume.Deregister", &structs.VolumeDeregisterRequest{VolumeIDs: ids, Force: force}, &out)
+	return out.Index, err
+}
+
+// Volume reads one volume.
+func (c *Client) Volume(ctx context.Context, id string, q structs.QueryOptions) (*structs.Volume, structs.QueryMeta, error) {
+	var out structs.VolumeResponse
+	err := c.Call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: id, QueryOptions: q}, &out)
+	return out.Volume, out.QueryMeta, err
+}
+
+// Volumes lists volumes, optionally of one plugin.
+func (c *Client) Volumes(ctx context.Context, pluginID string, q structs.QueryOptions) ([]*structs.Volume, structs.QueryMeta, error) {
+	var out structs.VolumeListResponse
+	err := c.Call(ctx, "Volume.List", &structs.VolumeListRequest{PluginID: pluginID, QueryOptions: q}, &out)
+	return out.Volumes, out.QueryMeta, err
+}

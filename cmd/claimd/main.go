@@ -1,0 +1,65 @@
+// Command claimd is the single binary: the agent (server, client, or both in
+// -dev mode), the built-in CSI plugin, and the operator CLI.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one CLI verb. run returns the exit code: 0 ok, 1 error.
+type command struct {
+	synopsis string
+	run      func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"agent":                         {"run a server, a client agent, or both (-dev)", runAgent},
+		"operator raft list-peers":      {"list the Raft members", runListPeers},
+		"operator raft remove-peer":     {"remove a server from the Raft configuration", runRemovePeer},
+		"operator raft transfer-leader": {"move leadership to another server", runTransferLeader},
+		"volume register":               {"register or update a volume from a JSON spec", runVolumeRegister},
+		"volume status":                 {"show volumes, or one volume", runVolumeStatus},
+		"volume deregister":             {"remove a volume", runVolumeDeregister},
+		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	// Longest match first: "operator raft list-peers" before "operator".
+	for n := min(3, len(args)); n >= 1; n-- {
+		if c, ok := cmds[strings.Join(args[:n], " ")]; ok {
+			return c.run(args[n:], stdout, stderr)
+		}
+	}
+	if len(args) > 0 && args[0] != "-h" && args[0] != "-help" && args[0] != "help" {
+		fmt.Fprintf(stderr, "claimd: unknown command %q\n\n", strings.Join(args, " "))
+	}
+	usage(stderr, cmds)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
+		return 0
+	}
+	return 1
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: claimd <command> [flags]")
+	fmt.Fprintln(w)
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-32s %s\n", n, cmds[n].synopsis)
+	}
+}

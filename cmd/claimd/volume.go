@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// readVolumeSpec decodes one volume (or a JSON array of volumes) strictly:
+// an unknown field is an error that names it, not a silent no-op.
+func readVolumeSpec(path string) ([]*structs.Volume, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	trimmed := bytes.TrimSpace(data)
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	var vols []*structs.Volume
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		err = dec.Decode(&vols)
+	} else {
+		var v structs.Volume
+		err = dec.Decode(&v)
+		vols = []*structs.Volume{&v}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return vols, nil
+}
+
+func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume register", stderr)
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() != 1 {
+		return fail(stderr, "usage: claimd volume register [flags] FILE (a JSON volume spec, or - for stdin)")
+	}
+	vols, err := readVolumeSpec(fs.Arg(0))
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	idx, err := c.RegisterVolumes(ctx, vols...)
+	if err != nil {
+		return fail(stderr, "register: %v", err)
+	}
+	for _, v := range vols {
+		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, idx)
+	}
+	return 0
+}
+
+func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume deregister", stderr)
+	cf.register(fs)
+	force := fs.Bool("force", false, "deregister even with claims, when every claiming allocation is terminal")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() != 1 {
+		return fail(stderr, "usage: claimd volume deregister [-force] ID")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	if _, err := c.DeregisterVolumes(ctx, *force, fs.Arg(0)); err != nil {
+		return fail(stderr, "deregister: %v", err)
+	}
+	fmt.Fprintf(stdout, "Volume %q deregistered\n", fs.Arg(0))
+	return 0
+}
+
+func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume status", stderr)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	stale := fs.Bool("stale", false, "answer from the contacted server's state")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() > 1 {
+		return fail(stderr, "usage: claimd volume status [-json] [ID]")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer c.Close()
+	ctx, cancel := cf.ctx()
+	defer cancel()
+	q := structs.QueryOptions{AllowStale: *stale}
+	if fs.NArg() == 1 {
+		vol, _, err := c.Volume(ctx, fs.Arg(0), q)
+		if err != nil {
+			return fail(stderr, "volume status: %v", err)
+		}
+		if *asJSON {
+			if err := printJSON(stdout, vol); err != nil {
+				return fail(stderr, "%v", err)
+			}
+			return 0
+		}
+		printVolume(stdout, vol)
+		return 0
+	}
+	vols, _, err := c.Volumes(ctx, "", q)
+	if err != nil {
+		return fail(stderr, "volume status: %v", err)
+	}
+	if *asJSON {
+		if vols == nil {
+			vols = []*structs.Volume{}
+		}
+		if err := printJSON(stdout, vols); err != nil {
+			return fail(stderr, "%v", err)
+		}
+		return 0
+	}
+	if len(vols) == 0 {
+		fmt.Fprintln(stdout, "No volumes")
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tName\tPlugin\tAccess Mode\tAttachment Mode")
+	for _, v := range vols {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.ID, orDash(v.Name), v.PluginID, v.AccessMode, v.AttachmentMode)
+	}
+	tw.Flush()
+	return 0
+}
+
+func printVolume(w io.Writer, v *structs.Volume) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID\t= %s\n", v.ID)
+	fmt.Fprintf(tw, "Name\t= %s\n", orDash(v.Name))
+	fmt.Fprintf(tw, "External ID\t= %s\n", v.ExternalID)
+	fmt.Fprintf(tw, "Plugin ID\t= %s\n", v.PluginID)
+	fmt.Fprintf(tw, "Access Mode\t= %s\n", v.AccessMode)
+	fmt.Fprintf(tw, "Attachment Mode\t= %s\n", v.AttachmentMode)
+	if v.MountOptions != nil {
+		fmt.Fprintf(tw, "Mount Options\t= fs_type=%s flags=%s\n", orDash(v.MountOptions.FSType), strings.Join(v.MountOptions.MountFlags, ","))
+	}
+	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
+	fmt.Fprintf(tw, "Secrets\t= %s\n", formatSecretKeys(v.Secrets))
+	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
+	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
+	tw.Flush()
+}
+
+func formatMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// formatSecretKeys shows which secrets exist, never their values.
+func formatSecretKeys(s structs.Secrets) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",") + " (values hidden)"
+}

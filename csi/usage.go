@@ -1,0 +1,97 @@
+package csi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// usageRecord is one allocation's use of one volume on this node, written
+// next to the publish path before the volume is staged and removed after
+// the publish is undone. The set of records for a staging path is the usage
+// count that decides when NodeUnstageVolume may run, and because it is on
+// disk it survives agent restarts.
+type usageRecord struct {
+	PluginID       string                 `json:"plugin_id"`
+	VolumeID       string                 `json:"volume_id"`
+	ExternalID     string                 `json:"external_id"`
+	AllocID        string                 `json:"alloc_id"`
+	ReadOnly       bool                   `json:"read_only"`
+	AccessMode     structs.AccessMode     `json:"access_mode"`
+	AttachmentMode structs.AttachmentMode `json:"attachment_mode"`
+	StagingPath    string                 `json:"staging_path"`
+	TargetPath     string                 `json:"target_path"`
+}
+
+const usageSuffix = ".usage.json"
+
+func usageFile(targetPath string) string { return targetPath + usageSuffix }
+
+// writeUsage persists a record atomically (temp file, fsync, rename), so a
+// crash leaves either no record or a whole one.
+func writeUsage(r usageRecord) error {
+	if err := os.MkdirAll(filepath.Dir(r.TargetPath), 0o755); err != nil {
+		return fmt.Errorf("create publish parent: %w", err)
+	}
+	buf, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(r.TargetPath), ".usage-*")
+	if err != nil {
+		return fmt.Errorf("write usage record: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(buf)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write usage record: %w", err)
+	}
+	if err := os.Rename(tmp, usageFile(r.TargetPath)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write usage record: %w", err)
+	}
+	return nil
+}
+
+func removeUsage(targetPath string) error {
+	if err := os.Remove(usageFile(targetPath)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove usage record: %w", err)
+	}
+	return nil
+}
+
+// loadUsages reads every record of one plugin under root. Unreadable records
+// are returned as errors but do not stop the scan: one corrupt file must not
+// hide the other users of a volume.
+func loadUsages(root, pluginID string) ([]usageRecord, error) {
+	files, err := filepath.Glob(filepath.Join(root, "per-alloc", "*", "*", "*"+usageSuffix))
+	if err != nil {
+		return nil, err
+	}
+	var out []usageRecord
+	var errs []error
+	for _, f := range files {
+		buf, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var r usageRecord
+		if err := json.Unmarshal(buf, &r); err != nil {
+			errs = append(errs, fmt.Errorf("usage record %s: %w", f, err))
+			continue
+		}
+		if r.PluginID == pluginID {
+			out = append(out, r)
+		}
+	}
+	return out, errors.Join(errs...)
+}

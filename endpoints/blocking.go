@@ -1,0 +1,71 @@
+package endpoints
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/structs"
+)
+
+// queryFn reads from state, adding what it read to ws, and returns the
+// index of the newest change to what it read.
+type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
+
+// blockingQuery runs fn once, and again each time what it watched changes,
+// until the index passes opts.MinQueryIndex or the wait runs out. Without a
+// MinQueryIndex it runs fn once.
+func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+	var ctx context.Context = context.Background()
+	if wait := opts.QueryWait(); wait > 0 {
+		// Jitter spreads the wake-ups of many watchers that started together.
+		wait += time.Duration(rand.Int64N(int64(wait)/16 + 1))
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	for {
+		state := srv.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(state.AbandonCh())
+		idx, err := fn(ws, state)
+		if err != nil {
+			return err
+		}
+		// Index 0 would make a caller's next blocking query return at
+		// once forever; 1 is "nothing written yet".
+		if idx < 1 {
+			idx = 1
+		}
+		meta.Index = idx
+		setLeaderMeta(srv, meta)
+		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex {
+			return nil
+		}
+		select {
+		case <-srv.ShutdownCh():
+			return structs.ErrShutdown
+		default:
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			// Timed out: answer with what we have.
+			return nil
+		}
+	}
+}
+
+func setLeaderMeta(srv Server, meta *structs.QueryMeta) {
+	r := srv.Raft()
+	addr, _ := r.LeaderWithID()
+	meta.KnownLeader = addr != ""
+	if r.State().String() == "Leader" {
+		meta.LastContact = 0
+		return
+	}
+	if last := r.LastContact(); !last.IsZero() {
+		meta.LastContact = time.Since(last)
+	}
+}

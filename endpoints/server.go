@@ -1,0 +1,47 @@
+package endpoints
+
+import (
+	netrpc "net/rpc"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/structs"
+)
+
+// Server is what the endpoints need from a claimd server. The server package
+// implements it; tests may too.
+type Server interface {
+	// Forward is forward-or-serve (see package forward).
+	Forward(method string, info structs.RPCInfo, args, reply any) (bool, error)
+	// Apply commits one log entry and returns what the FSM returned; a
+	// request the FSM refused comes back as err.
+	Apply(t structs.MessageType, msg any) (resp any, index uint64, err error)
+	// State is the current state store (it changes on snapshot restore).
+	State() *fsm.StateStore
+	Raft() *raft.Raft
+	Logger() hclog.Logger
+	// Self describes this server.
+	Self() structs.ServerInfo
+	// Hello records a peer's identity for bootstrap-expect and answers
+	// with what this server knows.
+	Hello(req *structs.HelloRequest) *structs.HelloResponse
+	// ServerName maps a Raft server ID to its node name ("" if unknown).
+	ServerName(id string) string
+	ShutdownCh() <-chan struct{}
+}
+
+// Register adds every endpoint to rs.
+func Register(rs *netrpc.Server, srv Server) error {
+	for name, rcvr := range map[string]any{
+		"Status":   &Status{srv: srv},
+		"Operator": &Operator{srv: srv},
+		"Volume":   &Volume{srv: srv},
+	} {
+		if err := rs.RegisterName(name, rcvr); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+// Package forward sends a server's calls to other servers: the connection
+// pool (one yamux session per peer, streams reused) and forward-or-serve, the
+// first line of every endpoint.
+//
+// Why hold and retry: during an election there is briefly no leader. A
+// write that arrives then is held and retried for up to HoldTimeout instead
+// of failing, so callers ride through a leader change without seeing it.
+// Only calls that were provably not applied are retried (no leader, or the
+// request never left this server); a call lost mid-flight returns an
+// unavailable error, because retrying it could apply it twice.
+//
+// Why one hop: a forwarded request is marked, and the receiver serves it or
+// fails; it never forwards again. That bounds latency and rules out loops
+// when servers disagree about who leads.
+package forward

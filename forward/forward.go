@@ -1,0 +1,118 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
+)
+
+// HoldTimeout is how long a request waits for a leader before failing with
+// no_leader. An election at production timings takes 1-3 s; 5 s rides one
+// out with margin while still failing fast enough for a caller to notice a
+// cluster that has lost quorum.
+const HoldTimeout = 5 * time.Second
+
+// LeaderSource tells the forwarder who leads. Implemented by the server over
+// its Raft node; called on every request, so it must be cheap.
+type LeaderSource interface {
+	// Leader returns the leader's RPC address and whether it is this server.
+	Leader() (addr string, isSelf bool)
+	// LeaderChanged returns a channel closed at the next leadership change
+	// observed by this server, to wake held requests.
+	LeaderChanged() <-chan struct{}
+}
+
+// Forwarder implements forward-or-serve.
+type Forwarder struct {
+	pool   *Pool
+	leader LeaderSource
+	hold   time.Duration
+	// ShutdownCh stops held requests when the server stops.
+	shutdownCh <-chan struct{}
+}
+
+// New makes a forwarder.
+func New(pool *Pool, leader LeaderSource, shutdownCh <-chan struct{}) *Forwarder {
+	return &Forwarder{pool: pool, leader: leader, hold: HoldTimeout, shutdownCh: shutdownCh}
+}
+
+// Pool returns the connection pool for direct server-to-server calls.
+func (f *Forwarder) Pool() *Pool { return f.pool }
+
+// Forward is the first line of every endpoint:
+//
+//	if done, err := e.srv.Forward("Volume.Register", args, args, reply); done { return err }
+//
+// It returns done=false when this server must serve the request itself: a
+// stale read, a request already forwarded once, or this server is the
+// leader. Otherwise it sends the request to the leader (holding while there
+// is none) and returns done=true with the leader's answer in reply.
+func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	if info.IsRead() && info.AllowStaleRead() {
+		return false, nil
+	}
+	if info.IsForwarded() {
+		// One hop only. If we are not the leader any more, say so: the
+		// forwarding server holds and retries.
+		if _, self := f.leader.Leader(); !self {
+			return true, structs.NewError(structs.CodeNoLeader, "forwarded to a server that is not the leader")
+		}
+		return false, nil
+	}
+
+	deadline := time.NewTimer(f.hold)
+	defer deadline.Stop()
+	for {
+		changed := f.leader.LeaderChanged()
+		addr, self := f.leader.Leader()
+		if self {
+			return false, nil
+		}
+		var err error
+		if addr != "" {
+			err = f.send(addr, method, info, args, reply)
+			if err == nil || !retryable(err) {
+				return true, err
+			}
+		} else {
+			err = structs.ErrNoLeader
+		}
+		// Wait for a leadership change, a short pause (a stale leader
+		// address may not change our view quickly), shutdown or the deadline.
+		pause := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-pause.C:
+		case <-deadline.C:
+			pause.Stop()
+			if errors.Is(err, structs.ErrNoLeader) {
+				return true, err
+			}
+			return true, structs.NewError(structs.CodeNoLeader, "no reachable leader: "+err.Error())
+		case <-f.shutdownCh:
+			pause.Stop()
+			return true, structs.ErrShutdown
+		}
+		pause.Stop()
+	}
+}
+
+func (f *Forwarder) send(addr, method string, info structs.RPCInfo, args, reply any) error {
+	info.SetForwarded()
+	// Blocking queries may wait up to their MaxQueryTime at the leader.
+	timeout := 30 * time.Second
+	if q, ok := info.(interface{ QueryWait() time.Duration }); ok {
+		timeout += q.QueryWait()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return f.pool.RPC(ctx, addr, method, args, reply)
+}
+
+// retryable: the request was certainly not applied, so it may be sent again.
+func retryable(err error) bool {
+	return errors.Is(err, structs.ErrNoLeader) || errors.Is(err, rpc.ErrNotSent)
+}

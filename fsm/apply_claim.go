@@ -1,0 +1,180 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func init() {
+	registerCommand(structs.ClaimBatchRequestType, applyClaimBatch)
+}
+
+// applyClaimBatch applies claims and releases in order, each against the
+// state the earlier items left. An item's refusal is its own result: the
+// batch is only a way to put many callers' requests in one Raft round, so
+// one caller's bad request must not fail the others. The entry as a whole
+// is refused only when it carries no items.
+func applyClaimBatch(tx *txn, req *structs.ClaimBatchRequest) (any, error) {
+	if len(req.Claims) == 0 {
+		return nil, structs.Invalid("claims", "must not be empty")
+	}
+	resp := &structs.ClaimBatchResponse{Results: make([]*structs.ClaimResult, len(req.Claims))}
+	for i, r := range req.Claims {
+		var (
+			claim *structs.Claim
+			isNew bool
+			err   error
+		)
+		if err = r.Validate(); err == nil {
+			if r.Release {
+				claim, err = releaseClaim(tx, r)
+			} else {
+				claim, isNew, err = takeClaim(tx, r)
+			}
+		}
+		if err != nil {
+			resp.Results[i] = &structs.ClaimResult{Error: asCoded(err)}
+			continue
+		}
+		resp.Results[i] = &structs.ClaimResult{Claim: claim.Copy(), New: isNew}
+	}
+	return resp, nil
+}
+
+// takeClaim admits one claim. Every check comes before the one write, so a
+// refused item leaves nothing behind for the items after it. The order of
+// checks is part of the behaviour (which error a bad request gets) and so
+// of determinism: keep it.
+func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, error) {
+	old := getVolume(tx, r.VolumeID)
+	if old == nil {
+		return nil, false, structs.NotFound("volume", r.VolumeID)
+	}
+	a := getAlloc(tx, r.AllocID)
+	if a == nil {
+		return nil, false, structs.NotFound("alloc", r.AllocID)
+	}
+	if a.NodeID != r.NodeID {
+		return nil, false, structs.Invalid("node_id", fmt.Sprintf("alloc %q is placed on node %q, not %q", a.ID, a.NodeID, r.NodeID))
+	}
+	if a.Terminal() {
+		return nil, false, structs.Invalid("alloc_id", fmt.Sprintf("alloc %q is %s and cannot claim", a.ID, a.ClientStatus))
+	}
+	if a.DesiredStatus == structs.AllocDesiredStop {
+		return nil, false, structs.Invalid("alloc_id", fmt.Sprintf("alloc %q is being stopped and cannot claim", a.ID))
+	}
+	vr := a.VolumeRequest(r.VolumeID)
+	if vr == nil {
+		return nil, false, structs.Invalid("volume_id", fmt.Sprintf("alloc %q does not request volume %q", a.ID, r.VolumeID))
+	}
+	if r.Mode == structs.ClaimModeWrite && vr.ReadOnly {
+		return nil, false, structs.Invalid("mode", fmt.Sprintf("alloc %q requests volume %q read-only", a.ID, r.VolumeID))
+	}
+
+	// A re-claim by the same alloc returns what it already holds, so a
+	// client that retries after a lost reply does not need to know whether
+	// the first try went through; New stays false, so it is not published
+	// twice (S5).
+	if c := old.Claim(a.ID); c != nil {
+		if c.State != structs.ClaimStateTaken {
+			return nil, false, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+				"alloc %q's claim on volume %q is being released (%s)", a.ID, old.ID, c.State))
+		}
+		if c.Mode != r.Mode {
+			return nil, false, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+				"alloc %q already holds a %s claim on volume %q", a.ID, c.Mode, old.ID))
+		}
+		return c, false, nil
+	}
+
+	if r.AccessMode != "" && r.AccessMode != old.AccessMode {
+		return nil, false, structs.Invalid("access_mode", fmt.Sprintf("volume %q is %s, not %s", old.ID, old.AccessMode, r.AccessMode))
+	}
+	if r.AttachmentMode != "" && r.AttachmentMode != old.AttachmentMode {
+		return nil, false, structs.Invalid("attachment_mode", fmt.Sprintf("volume %q is %s, not %s", old.ID, old.AttachmentMode, r.AttachmentMode))
+	}
+	if r.Mode == structs.ClaimModeWrite && !writable(old.AccessMode) {
+		return nil, false, structs.Invalid("mode", fmt.Sprintf("volume %q is %s: write claims are not allowed", old.ID, old.AccessMode))
+	}
+	n := getNode(tx, r.NodeID)
+	if n == nil {
+		return nil, false, structs.NotFound("node", r.NodeID)
+	}
+	if n.Status != structs.NodeStatusReady {
+		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is %s", n.ID, n.Status))
+	}
+	if ok, why := getPlugin(tx, old.PluginID).Schedulable(n.ID); !ok {
+		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))
+	}
+	if err := checkClaimLimits(old, r.Mode); err != nil {
+		return nil, false, err
+	}
+	extID := ""
+	if fp := n.CSINodePlugins[old.PluginID]; fp != nil {
+		extID = fp.ExternalNodeID
+	}
+	switch {
+	case r.ExternalNodeID == "":
+	case extID == "":
+		extID = r.ExternalNodeID
+	case extID != r.ExternalNodeID:
+		return nil, false, structs.Invalid("external_node_id", fmt.Sprintf(
+			"%q does not match node %q's fingerprint %q", r.ExternalNodeID, n.ID, extID))
+	}
+
+	c := &structs.Claim{
+		VolumeID: old.ID, AllocID: a.ID, NodeID: n.ID, ExternalNodeID: extID,
+		Mode: r.Mode, AccessMode: old.AccessMode, AttachmentMode: old.AttachmentMode,
+		State: structs.ClaimStateTaken, CreateIndex: tx.index, ModifyIndex: tx.index,
+	}
+	v := cowVolume(old, tx.index)
+	if r.Mode == structs.ClaimModeWrite {
+		v.WriteClaims = putClaim(v.WriteClaims, c)
+	} else {
+		v.ReadClaims = putClaim(v.ReadClaims, c)
+	}
+	if v.CurrentAccessMode == "" {
+		v.CurrentAccessMode, v.CurrentAttachmentMode = old.AccessMode, old.AttachmentMode
+	}
+	tx.put(TableVolumes, v)
+	return c, true, nil
+}
+
+func putClaim(m map[string]*structs.Claim, c *structs.Claim) map[string]*structs.Claim {
+	if m == nil {
+		m = map[string]*structs.Claim{}
+	}
+	m[c.AllocID] = c
+	return m
+}
+
+// releaseClaim turns an alloc's live claim into a past claim and queues a
+// GC eval. Releasing what is already past, or was never claimed, succeeds
+// without change: a release may be retried, and may race the alloc's own
+// terminal update.
+func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error) {
+	old := getVolume(tx, r.VolumeID)
+	if old == nil {
+		return nil, structs.NotFound("volume", r.VolumeID)
+	}
+	if old.LiveClaim(r.AllocID) == nil {
+		return old.PastClaims[r.AllocID], nil
+	}
+	v := cowVolume(old, tx.index)
+	makePast(v, r.AllocID, tx.index)
+	tx.put(TableVolumes, v)
+	ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
+	return v.PastClaims[r.AllocID], nil
+}
+
+// asCoded keeps a refusal's code; every refusal this package makes is
+// coded, the fallback only guards against a future one that is not.
+func asCoded(err error) *structs.CodedError {
+	var ce *structs.CodedError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return structs.NewError(structs.CodeInvalid, err.Error())
+}

@@ -1,0 +1,109 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func init() {
+	registerCommand(structs.VolumeRegisterRequestType, applyVolumeRegister)
+	registerCommand(structs.VolumeDeregisterRequestType, applyVolumeDeregister)
+}
+
+// applyVolumeRegister creates or updates volumes. Claims are state, not
+// spec: an update keeps the stored claims and current modes whatever the
+// request carries, and may change only what is safe while a node has the
+// volume attached.
+func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, error) {
+	if len(req.Volumes) == 0 {
+		return nil, structs.Invalid("volumes", "must not be empty")
+	}
+	seen := make(map[string]bool, len(req.Volumes))
+	for i, in := range req.Volumes {
+		if err := in.Validate(); err != nil {
+			return nil, itemError("volumes", i, err)
+		}
+		if seen[in.ID] {
+			return nil, structs.Invalid(fmt.Sprintf("volumes[%d].id", i), fmt.Sprintf("%q is given twice", in.ID))
+		}
+		seen[in.ID] = true
+
+		v := in.Copy()
+		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
+		v.CurrentAccessMode, v.CurrentAttachmentMode = "", ""
+		v.CreateIndex, v.ModifyIndex = tx.index, tx.index
+		if old := getVolume(tx, in.ID); old != nil {
+			if err := checkClaimedUpdate(old, v); err != nil {
+				return nil, err
+			}
+			// The stored claims are immutable; sharing them between the
+			// old and new row is safe, and copying would make updating a
+			// busy volume cost O(claims).
+			v.ReadClaims, v.WriteClaims, v.PastClaims = old.ReadClaims, old.WriteClaims, old.PastClaims
+			v.CurrentAccessMode, v.CurrentAttachmentMode = old.CurrentAccessMode, old.CurrentAttachmentMode
+			v.CreateIndex = old.CreateIndex
+		}
+		tx.put(TableVolumes, v)
+	}
+	return nil, nil
+}
+
+// checkClaimedUpdate refuses changing what a node with the volume attached
+// depends on: which plugin and which storage object it is, and how it is
+// accessed. Names, parameters, context, secrets and mount options only
+// matter to the next publish and may change.
+func checkClaimedUpdate(old, v *structs.Volume) error {
+	if !old.HasClaims() {
+		return nil
+	}
+	for _, f := range []struct{ field, was, now string }{
+		{"plugin_id", old.PluginID, v.PluginID},
+		{"external_id", old.ExternalID, v.ExternalID},
+		{"access_mode", string(old.AccessMode), string(v.AccessMode)},
+		{"attachment_mode", string(old.AttachmentMode), string(v.AttachmentMode)},
+	} {
+		if f.was != f.now {
+			return structs.NewError(structs.CodeConflict, fmt.Sprintf(
+				"%s: cannot change from %q to %q while volume %q has claims", f.field, f.was, f.now, v.ID))
+		}
+	}
+	return nil
+}
+
+// applyVolumeDeregister removes volumes. A claimed volume stays unless the
+// request forces it and no claiming alloc can still be using it (every one
+// is terminal or gone): forcing past a running alloc would pull storage out
+// from under it. Evals of a removed volume complete at once.
+func applyVolumeDeregister(tx *txn, req *structs.VolumeDeregisterRequest) (any, error) {
+	if len(req.VolumeIDs) == 0 {
+		return nil, structs.Invalid("volume_ids", "must not be empty")
+	}
+	seen := make(map[string]bool, len(req.VolumeIDs))
+	for i, id := range req.VolumeIDs {
+		if seen[id] {
+			return nil, structs.Invalid(fmt.Sprintf("volume_ids[%d]", i), fmt.Sprintf("%q is given twice", id))
+		}
+		seen[id] = true
+		v := getVolume(tx, id)
+		if v == nil {
+			return nil, structs.NotFound("volume", id)
+		}
+		if v.HasClaims() {
+			if !req.Force {
+				return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+					"volume %q has %d claims; release them or deregister with force once their allocs are terminal",
+					id, len(v.ReadClaims)+len(v.WriteClaims)+len(v.PastClaims)))
+			}
+			for _, c := range v.AllClaims() {
+				if a := getAlloc(tx, c.AllocID); a != nil && !a.Terminal() {
+					return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+						"volume %q: force refused, alloc %q is %s", id, a.ID, a.ClientStatus))
+				}
+			}
+		}
+		tx.remove(TableVolumes, v)
+		completeVolumeEvals(tx, id, "volume deregistered")
+	}
+	return nil, nil
+}

@@ -1,0 +1,156 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Production timings at multiplier 1. They are hashicorp/raft's defaults,
+// which suit a LAN; Multiplier scales all of them together so that tests can
+// run a cluster with elections in tens of milliseconds (multiplier 0.1) and a
+// slow WAN can stretch them (multiplier 3) without retuning each value.
+const (
+	baseHeartbeatTimeout   = 1000 * time.Millisecond
+	baseElectionTimeout    = 1000 * time.Millisecond
+	baseLeaderLeaseTimeout = 500 * time.Millisecond
+	baseCommitTimeout      = 50 * time.Millisecond
+)
+
+// logCacheSize keeps the newest entries in memory so that followers catching
+// up and the FSM applying do not read them back from bolt.
+const logCacheSize = 512
+
+// Config configures one Raft member.
+type Config struct {
+	ID      string // stable server ID
+	DataDir string // raft/ under it holds raft.db and snapshots
+	// Multiplier scales every timeout; 1 = production, <1 for tests.
+	Multiplier float64
+	// SnapshotThreshold and TrailingLogs: 0 = library defaults.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotInterval  time.Duration
+	Stream            *StreamLayer
+	FSM               raft.FSM
+	Logger            hclog.Logger
+}
+
+// Node is a running Raft member.
+type Node struct {
+	Raft      *raft.Raft
+	Transport *raft.NetworkTransport
+	// LeaderCh gets true when this node becomes leader and false when it
+	// stops being leader. Buffered; the server must drain it.
+	LeaderCh <-chan bool
+
+	store     *raftboltdb.BoltStore
+	snapshots raft.SnapshotStore
+	hadState  bool
+}
+
+// New opens the stores and starts Raft. It does not bootstrap.
+func New(cfg Config) (*Node, error) {
+	if cfg.ID == "" || cfg.DataDir == "" || cfg.Stream == nil || cfg.FSM == nil {
+		return nil, errors.New("raftnode: ID, DataDir, Stream and FSM are required")
+	}
+	if cfg.Multiplier <= 0 {
+		cfg.Multiplier = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create raft dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft.db: %w", err)
+	}
+	cache, err := raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, cfg.Logger.Named("snapshot"))
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	hadState, err := raft.HasExistingState(cache, store, snaps)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = cfg.Logger
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * cfg.Multiplier) }
+	rc.HeartbeatTimeout = scale(baseHeartbeatTimeout)
+	rc.ElectionTimeout = scale(baseElectionTimeout)
+	rc.LeaderLeaseTimeout = scale(baseLeaderLeaseTimeout)
+	rc.CommitTimeout = scale(baseCommitTimeout)
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	// A removed server must not keep campaigning, but it should stay up so
+	// that it can report and be shut down in order by its owner.
+	rc.ShutdownOnRemove = false
+	leaderCh := make(chan bool, 16)
+	rc.NotifyCh = leaderCh
+
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  cfg.Stream,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  cfg.Logger.Named("transport"),
+	})
+	r, err := raft.NewRaft(rc, cfg.FSM, cache, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return &Node{Raft: r, Transport: trans, LeaderCh: leaderCh, store: store, snapshots: snaps, hadState: hadState}, nil
+}
+
+// HadState reports whether the node found a log or snapshot on disk when it
+// started. Such a node belongs to a cluster and must never bootstrap.
+func (n *Node) HadState() bool { return n.hadState }
+
+// Bootstrap forms a new cluster with exactly these servers. Every server of
+// the new cluster must call it with the same list.
+func (n *Node) Bootstrap(servers []raft.Server) error {
+	if n.hadState {
+		return errors.New("raftnode: refusing to bootstrap a server that has state")
+	}
+	f := n.Raft.BootstrapCluster(raft.Configuration{Servers: servers})
+	if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops Raft and closes the stores.
+func (n *Node) Shutdown() error {
+	err := n.Raft.Shutdown().Error()
+	n.Transport.Close()
+	if cerr := n.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,197 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	netrpc "net/rpc"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+
+	"github.com/claimd/claimd/structs"
+)
+
+type EchoArgs struct{ Payload string }
+
+type echo struct{ calls atomic.Int64 }
+
+func (e *echo) Echo(args *EchoArgs, reply *string) error {
+	e.calls.Add(1)
+	*reply = args.Payload
+	return nil
+}
+
+func (e *echo) Missing(args *EchoArgs, reply *string) error {
+	return structs.NotFound("volume", args.Payload)
+}
+
+// mustServe serves the echo service on a loopback listener with a small
+// request limit, one codec per raw connection (after the protocol byte).
+func mustServe(t *testing.T, limit int64) (string, *echo) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	e := &echo{}
+	rs := netrpc.NewServer()
+	if err := rs.RegisterName("Echo", e); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go rs.ServeCodec(NewServerCodec(c, limit))
+		}
+	}()
+	return l.Addr().String(), e
+}
+
+func dialClient(t *testing.T, addr string) *netrpc.Client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := netrpc.NewClientWithCodec(NewClientCodec(c))
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func TestCodec_RoundTripAndCodedErrorsSurvive(t *testing.T) {
+	addr, _ := mustServe(t, 1<<20)
+	cl := dialClient(t, addr)
+	var out string
+	if err := cl.Call("Echo.Echo", &EchoArgs{Payload: "hi"}, &out); err != nil || out != "hi" {
+		t.Fatalf("exp: hi got: %q %v", out, err)
+	}
+	err := structs.ParseError(cl.Call("Echo.Missing", &EchoArgs{Payload: "v1"}, &out))
+	if !errors.Is(err, structs.ErrNotFound) || !strings.Contains(err.Error(), `"v1"`) {
+		t.Fatalf("exp: not_found naming v1 got: %v", err)
+	}
+}
+
+func TestCodec_OversizedRequestIsRefusedAndStreamClosed(t *testing.T) {
+	addr, e := mustServe(t, 1024)
+	cl := dialClient(t, addr)
+	var out string
+	err := cl.Call("Echo.Echo", &EchoArgs{Payload: strings.Repeat("x", 4096)}, &out)
+	if err == nil {
+		t.Fatal("oversized request exp: error got: served")
+	}
+	if perr := structs.ParseError(err); !errors.Is(perr, structs.ErrTooLarge) && !errors.Is(err, netrpc.ErrShutdown) && err != io.ErrUnexpectedEOF {
+		t.Fatalf("oversized request exp: too_large or closed stream got: %v", err)
+	}
+	if n := e.calls.Load(); n != 0 {
+		t.Fatalf("handler calls exp: 0 got: %d", n)
+	}
+	// The stream is closed: the next call on it fails.
+	if err := cl.Call("Echo.Echo", &EchoArgs{Payload: "after"}, &out); err == nil {
+		t.Fatal("call after an oversized frame exp: closed stream got: served")
+	}
+	// A new connection works.
+	if err := dialClient(t, addr).Call("Echo.Echo", &EchoArgs{Payload: "ok"}, &out); err != nil || out != "ok" {
+		t.Fatalf("new connection exp: ok got: %q %v", out, err)
+	}
+}
+
+func TestCodec_MalformedFrameClosesConnectionWithoutCallingHandler(t *testing.T) {
+	addr, e := mustServe(t, 1<<20)
+	for name, frame := range map[string][]byte{
+		"garbage":           {0xc1, 0xc1, 0xc1, 0xc1}, // 0xc1 is never used in msgpack
+		"header wrong type": mustEncode(t, "not a header"),
+		"truncated body": append(mustEncode(t, &netrpc.Request{ServiceMethod: "Echo.Echo", Seq: 1}),
+			0xdb, 0x00, 0x00, 0x10, 0x00), // str32 of 4096 bytes, never sent
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(frame); err != nil {
+				t.Fatal(err)
+			}
+			if name == "truncated body" {
+				// Half a frame then silence: closing our side ends it.
+				c.(*net.TCPConn).CloseWrite()
+			}
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("exp: server closes the connection got: %v", err)
+			}
+		})
+	}
+	if n := e.calls.Load(); n != 0 {
+		t.Fatalf("handler calls exp: 0 got: %d", n)
+	}
+}
+
+func mustEncode(t *testing.T, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := codec.NewEncoder(&buf, structs.MsgpackHandle).Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestMuxClient_CallsOverOneSessionAndTimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rs := netrpc.NewServer()
+	_ = rs.RegisterName("Echo", &echo{})
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		var b [1]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil || Protocol(b[0]) != ProtoMux {
+			c.Close()
+			return
+		}
+		sess, err := newTestYamuxServer(c)
+		if err != nil {
+			return
+		}
+		for {
+			s, err := sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			go rs.ServeCodec(NewServerCodec(s, MaxRequestBytes))
+		}
+	}()
+	mc, err := DialMux(context.Background(), nil, l.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	for i := 0; i < 50; i++ {
+		var out string
+		if err := mc.Call(context.Background(), "Echo.Echo", &EchoArgs{Payload: "x"}, &out); err != nil || out != "x" {
+			t.Fatalf("call %d exp: x got: %q %v", i, out, err)
+		}
+	}
+	mc.Close()
+	var out string
+	err = mc.Call(context.Background(), "Echo.Echo", &EchoArgs{Payload: "x"}, &out)
+	if !errors.Is(err, ErrNotSent) || !errors.Is(err, structs.ErrUnavailable) {
+		t.Fatalf("call on closed session exp: unavailable+not sent got: %v", err)
+	}
+}

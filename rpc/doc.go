@@ -1,0 +1,10 @@
+// Package rpc is claimd's wire: one TCP port per server whose first byte
+// picks the protocol, net/rpc with the msgpack codec on top, yamux sessions
+// for multiplexing, and a frame limit so one hostile or broken request can
+// cost a server at most MaxRequestBytes of memory before its stream is
+// closed.
+//
+// net/rpc is used as it is (no fork): per-connection context, where a
+// handler needs it, comes from registering handlers on an rpc.Server made
+// for that connection.
+package rpc

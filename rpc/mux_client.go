@@ -1,0 +1,147 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	netrpc "net/rpc"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/yamux"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// ErrNotSent marks a call that failed before its request left this process
+// (dial, session or stream failure). Such a call may be retried safely; a
+// call that failed after sending may or may not have been applied.
+var ErrNotSent = errors.New("request not sent")
+
+// maxIdleStreams bounds the streams kept open per session for reuse. Opening
+// a yamux stream costs a round trip's worth of frames, so reuse matters on
+// the claim path; 32 covers the concurrency we see per peer.
+const maxIdleStreams = 32
+
+// MuxClient makes RPC calls over one yamux session, one call per stream at a
+// time, reusing idle streams. It is safe for concurrent use.
+type MuxClient struct {
+	session *yamux.Session
+
+	mu   sync.Mutex
+	idle []*netrpc.Client
+}
+
+// DialMux dials addr, writes ProtoMux and starts a yamux client session.
+func DialMux(ctx context.Context, dial Dialer, addr string, logger hclog.Logger) (*MuxClient, error) {
+	conn, err := DialProtocol(ctx, dial, addr, ProtoMux)
+	if err != nil {
+		return nil, notSent(err)
+	}
+	return NewMuxClient(conn, logger)
+}
+
+// NewMuxClient starts a yamux client session on an already-dialled conn
+// (after the protocol byte).
+func NewMuxClient(conn net.Conn, logger hclog.Logger) (*MuxClient, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	sess, err := yamux.Client(conn, YamuxConfig(logger))
+	if err != nil {
+		conn.Close()
+		return nil, notSent(fmt.Errorf("yamux: %w", err))
+	}
+	return &MuxClient{session: sess}, nil
+}
+
+// WrapSession makes a MuxClient over an existing session (for example a
+// server calling down a client agent's session).
+func WrapSession(s *yamux.Session) *MuxClient { return &MuxClient{session: s} }
+
+// Session returns the underlying session.
+func (m *MuxClient) Session() *yamux.Session { return m.session }
+
+// IsClosed reports whether the session is gone.
+func (m *MuxClient) IsClosed() bool { return m.session.IsClosed() }
+
+// Close closes the session and every stream on it.
+func (m *MuxClient) Close() error {
+	m.mu.Lock()
+	idle := m.idle
+	m.idle = nil
+	m.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
+	}
+	return m.session.Close()
+}
+
+func (m *MuxClient) acquire() (*netrpc.Client, error) {
+	m.mu.Lock()
+	if n := len(m.idle); n > 0 {
+		c := m.idle[n-1]
+		m.idle = m.idle[:n-1]
+		m.mu.Unlock()
+		return c, nil
+	}
+	m.mu.Unlock()
+	stream, err := m.session.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("%w: open stream: %v", ErrNotSent, err)
+	}
+	return netrpc.NewClientWithCodec(NewClientCodec(stream)), nil
+}
+
+func (m *MuxClient) release(c *netrpc.Client) {
+	m.mu.Lock()
+	if len(m.idle) < maxIdleStreams && !m.session.IsClosed() {
+		m.idle = append(m.idle, c)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	c.Close()
+}
+
+// Call invokes method and waits for the reply or the context. Errors the
+// remote handler returned come back as coded errors (errors.Is works);
+// transport errors are coded unavailable, and wrap ErrNotSent when the
+// request never left.
+func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) error {
+	c, err := m.acquire()
+	if err != nil {
+		return notSent(err)
+	}
+	call := c.Go(method, args, reply, make(chan *netrpc.Call, 1))
+	select {
+	case <-call.Done:
+	case <-ctx.Done():
+		// The stream may still deliver a late reply: never reuse it.
+		c.Close()
+		return structs.NewError(structs.CodeTimeout, fmt.Sprintf("%s: %v", method, ctx.Err()))
+	}
+	var se netrpc.ServerError
+	switch {
+	case call.Error == nil:
+		m.release(c)
+		return nil
+	case errors.As(call.Error, &se):
+		m.release(c)
+		return structs.ParseError(call.Error)
+	default:
+		c.Close()
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("%s: %v", method, call.Error))
+	}
+}
+
+// notSentError is an unavailable error that also matches ErrNotSent.
+type notSentError struct{ coded *structs.CodedError }
+
+func (e notSentError) Error() string   { return e.coded.Error() }
+func (e notSentError) Unwrap() []error { return []error{e.coded, ErrNotSent} }
+
+func notSent(err error) error {
+	return notSentError{coded: structs.NewError(structs.CodeUnavailable, err.Error())}
+}

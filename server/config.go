@@ -1,0 +1,57 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/claimd/claimd/rpc"
+)
+
+// Config configures a server.
+type Config struct {
+	// NodeName is the human name; defaults to the host name.
+	NodeName string
+	// DataDir holds the server ID, the Raft log and snapshots.
+	DataDir string
+	// BindAddr is the one RPC/Raft address (host:port; port 0 picks one).
+	BindAddr string
+	// AdvertiseAddr is the address peers dial; defaults to the bound one.
+	AdvertiseAddr string
+	// BootstrapExpect: form a new cluster once exactly this many servers
+	// with empty logs know each other. 0 = never bootstrap (join only).
+	BootstrapExpect int
+	// Join lists addresses of other servers to exchange identities with.
+	Join []string
+	// JoinInterval is the pause between join attempts.
+	JoinInterval time.Duration
+	// RaftMultiplier scales Raft timeouts (1 = production).
+	RaftMultiplier float64
+	// SnapshotThreshold / TrailingLogs / SnapshotInterval tune Raft
+	// snapshots (0 = defaults); tests lower them to force snapshots.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotInterval  time.Duration
+
+	Logger hclog.Logger
+	// Dialer is used for every outbound connection (nil = TCP). The test
+	// harness routes dials through partitionable links.
+	Dialer rpc.Dialer
+	// Listener, when set, is used instead of listening on BindAddr.
+	Listener net.Listener
+}
+
+func (c *Config) validate() error {
+	if c.DataDir == "" {
+		return errors.New("data dir is required (-data-dir)")
+	}
+	if c.BootstrapExpect < 0 {
+		return errors.New("-bootstrap-expect must not be negative")
+	}
+	if c.BindAddr == "" && c.Listener == nil {
+		return errors.New("bind address is required (-bind)")
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Leave removes this server from the Raft configuration, handing leadership
+// over first if it leads, then shuts it down. The remaining servers keep
+// their quorum arithmetic right instead of counting a dead member.
+func (s *Server) Leave(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	r := s.raft.Raft
+	if r.State() == raft.Leader {
+		if n := s.voters(); n > 1 {
+			if err := r.LeadershipTransfer().Error(); err != nil {
+				s.logger.Warn("leadership transfer before leave failed", "error", err)
+			}
+		}
+	}
+	if s.voters() > 1 {
+		for s.inConfig() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("leave: still in the configuration after %s", timeout)
+			}
+			addr, _ := r.LeaderWithID()
+			if addr != "" && string(addr) != s.addr {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				var resp structs.GenericResponse
+				err := s.pool.RPC(ctx, string(addr), "Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: s.id}, &resp)
+				cancel()
+				if err != nil {
+					s.logger.Warn("leave: remove request failed; retrying", "error", err)
+				}
+			}
+			if !s.inConfig() {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // retry pacing, not synchronisation
+		}
+		s.logger.Info("left the cluster")
+	}
+	return s.Shutdown()
+}
+
+func (s *Server) voters() int {
+	f := s.raft.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) inConfig() bool {
+	f := s.raft.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == s.id {
+			return true
+		}
+	}
+	return false
+}

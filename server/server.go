@@ -1,0 +1,334 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	netrpc "net/rpc"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/claimd/claimd/endpoints"
+	"github.com/claimd/claimd/forward"
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/raftnode"
+	"github.com/claimd/claimd/structs"
+)
+
+// Server is one claimd server.
+type Server struct {
+	cfg    Config
+	logger hclog.Logger
+	id     string
+	addr   string
+
+	listener net.Listener
+	stream   *raftnode.StreamLayer
+	raft     *raftnode.Node
+	fsm      *fsm.FSM
+	observed *observedFSM
+	pool     *forward.Pool
+	fwd      *forward.Forwarder
+
+	// leaderChanged is closed and replaced at every leadership change this
+	// server observes, waking requests held for a leader.
+	leaderMu      sync.Mutex
+	leaderChanged chan struct{}
+
+	boot *bootstrapper
+
+	// leaderDuties are switched on after this server wins leadership and
+	// its Barrier completes, and off when it loses leadership.
+	dutiesMu     sync.Mutex
+	leaderDuties []LeaderDuty
+
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
+
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+	wg           sync.WaitGroup
+}
+
+// LeaderDuty is work only the leader does (watchers, timers).
+// SetEnabled(true) is called once leadership is established, after a
+// Barrier; SetEnabled(false) when it is lost or the server stops. Calls come
+// from one goroutine and must not block for long.
+type LeaderDuty interface {
+	SetEnabled(enabled bool)
+}
+
+// New starts a server: listener, Raft, endpoints, and the join loop.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
+	}
+	if cfg.RaftMultiplier <= 0 {
+		cfg.RaftMultiplier = 1
+	}
+	if cfg.JoinInterval <= 0 {
+		cfg.JoinInterval = time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	id, err := loadOrCreateID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:           cfg,
+		logger:        cfg.Logger.Named("server"),
+		id:            id,
+		leaderChanged: make(chan struct{}),
+		conns:         map[net.Conn]struct{}{},
+		shutdownCh:    make(chan struct{}),
+	}
+	s.listener = cfg.Listener
+	if s.listener == nil {
+		if s.listener, err = net.Listen("tcp", cfg.BindAddr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", cfg.BindAddr, err)
+		}
+	}
+	s.addr = cfg.AdvertiseAddr
+	if s.addr == "" {
+		s.addr = s.listener.Addr().String()
+	}
+	advertise, err := net.ResolveTCPAddr("tcp", s.addr)
+	if err != nil {
+		s.listener.Close()
+		return nil, fmt.Errorf("advertise address %q: %w", s.addr, err)
+	}
+
+	s.fsm = fsm.New(cfg.Logger.Named("fsm"))
+	s.observed = &observedFSM{FSM: s.fsm}
+	s.stream = raftnode.NewStreamLayer(advertise, cfg.Dialer)
+	s.raft, err = raftnode.New(raftnode.Config{
+		ID:                id,
+		DataDir:           cfg.DataDir,
+		Multiplier:        cfg.RaftMultiplier,
+		SnapshotThreshold: cfg.SnapshotThreshold,
+		TrailingLogs:      cfg.TrailingLogs,
+		SnapshotInterval:  cfg.SnapshotInterval,
+		Stream:            s.stream,
+		FSM:               s.observed,
+		Logger:            cfg.Logger.Named("raft"),
+	})
+	if err != nil {
+		s.listener.Close()
+		return nil, err
+	}
+	s.observed.running.Store(true)
+	s.pool = forward.NewPool(cfg.Dialer, s.logger)
+	s.fwd = forward.New(s.pool, s, s.shutdownCh)
+	s.boot = newBootstrapper(s)
+
+	observations := make(chan raft.Observation, 16)
+	s.raft.Raft.RegisterObserver(raft.NewObserver(observations, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	}))
+
+	s.goFunc(func() { s.acceptLoop() })
+	s.goFunc(func() { s.watchLeaderObservations(observations) })
+	s.goFunc(func() { s.monitorLeadership() })
+	s.goFunc(func() { s.boot.run() })
+	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
+		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState())
+	return s, nil
+}
+
+func (s *Server) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// loadOrCreateID keeps the server's Raft ID in the data dir so a restarted
+// server is the same member.
+func loadOrCreateID(dir string) (string, error) {
+	path := filepath.Join(dir, "server-id")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read server ID: %w", err)
+	}
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	h := hex.EncodeToString(raw[:])
+	id := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write server ID: %w", err)
+	}
+	return id, nil
+}
+
+// ID is the server's Raft ID.
+func (s *Server) ID() string { return s.id }
+
+// Addr is the advertised RPC address.
+func (s *Server) Addr() string { return s.addr }
+
+// Raft implements endpoints.Server.
+func (s *Server) Raft() *raft.Raft { return s.raft.Raft }
+
+// State implements endpoints.Server.
+func (s *Server) State() *fsm.StateStore { return s.fsm.State() }
+
+// FSM exposes the state machine (tests compare snapshots).
+func (s *Server) FSM() *fsm.FSM { return s.fsm }
+
+// Logger implements endpoints.Server.
+func (s *Server) Logger() hclog.Logger { return s.logger }
+
+// ShutdownCh implements endpoints.Server.
+func (s *Server) ShutdownCh() <-chan struct{} { return s.shutdownCh }
+
+// Pool is the server-to-server connection pool.
+func (s *Server) Pool() *forward.Pool { return s.pool }
+
+// Self implements endpoints.Server.
+func (s *Server) Self() structs.ServerInfo {
+	return structs.ServerInfo{
+		ID:              s.id,
+		Name:            s.cfg.NodeName,
+		Addr:            s.addr,
+		BootstrapExpect: s.cfg.BootstrapExpect,
+		HasState:        s.hasState(),
+	}
+}
+
+func (s *Server) hasState() bool {
+	return s.raft.HadState() || s.raft.Raft.LastIndex() > 0
+}
+
+// Forward implements endpoints.Server.
+func (s *Server) Forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	return s.fwd.Forward(method, info, args, reply)
+}
+
+// Leader implements forward.LeaderSource.
+func (s *Server) Leader() (string, bool) {
+	addr, id := s.raft.Raft.LeaderWithID()
+	return string(addr), id != "" && string(id) == s.id && s.raft.Raft.State() == raft.Leader
+}
+
+// LeaderChanged implements forward.LeaderSource.
+func (s *Server) LeaderChanged() <-chan struct{} {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	return s.leaderChanged
+}
+
+func (s *Server) watchLeaderObservations(ch <-chan raft.Observation) {
+	for {
+		select {
+		case <-ch:
+			s.leaderMu.Lock()
+			close(s.leaderChanged)
+			s.leaderChanged = make(chan struct{})
+			s.leaderMu.Unlock()
+		case <-s.shutdownCh:
+			return
+		}
+	}
+}
+
+// applyTimeout bounds how long an entry may wait to be enqueued.
+const applyTimeout = 30 * time.Second
+
+// maxEntryBytes keeps one entry well below what followers must hold in
+// memory per AppendEntries batch.
+const maxEntryBytes = 4 << 20
+
+// Apply implements endpoints.Server: encode, commit, and turn the FSM's
+// answer into (response, index, error).
+func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
+	select {
+	case <-s.shutdownCh:
+		return nil, 0, structs.ErrShutdown
+	default:
+	}
+	buf, err := structs.Encode(t, msg)
+	if err != nil {
+		return nil, 0, structs.Invalid("request", err.Error())
+	}
+	if len(buf) > maxEntryBytes {
+		return nil, 0, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("entry is %d bytes, at most %d", len(buf), maxEntryBytes))
+	}
+	f := s.raft.Raft.Apply(buf, applyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, 0, endpoints.RaftError(err)
+	}
+	resp := f.Response()
+	if rerr, ok := resp.(error); ok {
+		return nil, f.Index(), rerr
+	}
+	return resp, f.Index(), nil
+}
+
+// Hello implements endpoints.Server.
+func (s *Server) Hello(req *structs.HelloRequest) *structs.HelloResponse {
+	return s.boot.hello(req)
+}
+
+// ServerName implements endpoints.Server.
+func (s *Server) ServerName(id string) string { return s.boot.name(id) }
+
+// newRPCServer makes the net/rpc server for one connection or session.
+func (s *Server) newRPCServer() *netrpc.Server {
+	rs := netrpc.NewServer()
+	if err := endpoints.Register(rs, s); err != nil {
+		// Registration only fails on a programming error.
+		panic(err)
+	}
+	return rs
+}
+
+// AddLeaderDuty registers work to run only while this server leads.
+func (s *Server) AddLeaderDuty(d LeaderDuty) {
+	s.dutiesMu.Lock()
+	defer s.dutiesMu.Unlock()
+	s.leaderDuties = append(s.leaderDuties, d)
+}
+
+// Shutdown stops the server without leaving the cluster: a restart on the
+// same data dir rejoins as the same member.
+func (s *Server) Shutdown() error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		s.logger.Info("shutting down")
+		close(s.shutdownCh)
+		s.listener.Close()
+		s.stream.Close()
+		s.connsMu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.connsMu.Unlock()
+		err = s.raft.Shutdown()
+		s.pool.Shutdown()
+		s.wg.Wait()
+	})
+	return err
+}

@@ -1,0 +1,242 @@
+package structs
+
+import "fmt"
+
+// ClaimMode says whether an alloc reads or writes a volume.
+type ClaimMode string
+
+const (
+	ClaimModeRead  ClaimMode = "read"
+	ClaimModeWrite ClaimMode = "write"
+)
+
+func (m ClaimMode) Valid() bool { return m == ClaimModeRead || m == ClaimModeWrite }
+
+// ClaimState is where a claim is on its way from taken to freed. A live
+// claim (in Volume.ReadClaims or WriteClaims) is always taken; a past claim
+// (in Volume.PastClaims) is being released and sits at one of the later
+// states; freed means deleted, so no stored claim is ever freed.
+type ClaimState string
+
+const (
+	ClaimStateTaken              ClaimState = "taken"
+	ClaimStateUnpublishing       ClaimState = "unpublishing"
+	ClaimStateNodeDetached       ClaimState = "node-detached"
+	ClaimStateControllerDetached ClaimState = "controller-detached"
+	ClaimStateFreed              ClaimState = "freed"
+)
+
+// ClaimStates lists the states in the only order a claim may move through.
+var ClaimStates = []ClaimState{
+	ClaimStateTaken, ClaimStateUnpublishing, ClaimStateNodeDetached,
+	ClaimStateControllerDetached, ClaimStateFreed,
+}
+
+// Rank is the position of the state in ClaimStates, or -1 when the state is
+// not valid. Checkpoints compare ranks: a claim only moves to a higher rank.
+func (s ClaimState) Rank() int {
+	for i, v := range ClaimStates {
+		if s == v {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s ClaimState) Valid() bool { return s.Rank() >= 0 }
+
+// Claim is one alloc's hold on one volume from one node.
+type Claim struct {
+	VolumeID string `json:"volume_id"`
+	AllocID  string `json:"alloc_id"`
+	NodeID   string `json:"node_id"`
+	// ExternalNodeID is the node plugin's own name for the node (CSI
+	// NodeGetInfo), which ControllerPublish and ControllerUnpublish need.
+	ExternalNodeID string         `json:"external_node_id,omitempty"`
+	Mode           ClaimMode      `json:"mode"`
+	AccessMode     AccessMode     `json:"access_mode"`
+	AttachmentMode AttachmentMode `json:"attachment_mode"`
+	State          ClaimState     `json:"state"`
+	// PublishContext is what ControllerPublish returned; NodeStage and
+	// NodePublish need it, and a client that restarts reads it back from
+	// here instead of publishing again (ControllerPublish only for new
+	// claims, S5).
+	PublishContext map[string]string `json:"publish_context,omitempty"`
+	// ForcedSkip is set when an operator forced a checkpoint past a step
+	// that had not succeeded (`volume detach -force`).
+	ForcedSkip bool `json:"forced_skip,omitempty"`
+	// NodeDetachSkipped is set when the claim reached node-detached or later
+	// without a node unpublish and unstage: the one exception to S3, always
+	// operator-forced, and kept on the claim so it shows in status output.
+	NodeDetachSkipped bool `json:"node_detach_skipped,omitempty"`
+
+	CreateIndex uint64 `json:"create_index,omitempty"`
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
+}
+
+// Copy returns a deep copy; state-store objects are never mutated in place.
+func (c *Claim) Copy() *Claim {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.PublishContext = copyStringMap(c.PublishContext)
+	return &out
+}
+
+func (c *Claim) String() string {
+	return fmt.Sprintf("claim(volume=%s alloc=%s node=%s mode=%s state=%s)",
+		c.VolumeID, c.AllocID, c.NodeID, c.Mode, c.State)
+}
+
+// VolumeClaimRequest claims a volume for an alloc or releases the alloc's
+// claim. One request type does both, so the release can never take a
+// different path from the claim (seed 3). It is the Volume.Claim argument
+// and one item of a ClaimBatchRequest.
+type VolumeClaimRequest struct {
+	VolumeID string
+	AllocID  string
+	NodeID   string
+	// ExternalNodeID may be left empty: the server fills it in from the
+	// node's fingerprint of the volume's node plugin.
+	ExternalNodeID string
+	Mode           ClaimMode
+	// AccessMode and AttachmentMode, when given, must match the volume's;
+	// they let a client refuse to mount a volume registered differently
+	// from what its alloc expects.
+	AccessMode     AccessMode
+	AttachmentMode AttachmentMode
+	// Release turns the alloc's live claim into a past claim (unpublishing)
+	// and queues a volume-claim-gc eval. Releasing a claim that does not
+	// exist or is already past succeeds without change.
+	Release bool
+	WriteRequest
+}
+
+// Validate checks the fields a claim or release needs; errors name the field.
+func (r *VolumeClaimRequest) Validate() error {
+	if r == nil {
+		return Invalid("claim", "must be given")
+	}
+	if err := ValidateID("volume_id", r.VolumeID); err != nil {
+		return err
+	}
+	if err := ValidateID("alloc_id", r.AllocID); err != nil {
+		return err
+	}
+	if r.Release {
+		return nil
+	}
+	if err := ValidateID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	if !r.Mode.Valid() {
+		return Invalid("mode", fmt.Sprintf("%q is not %q or %q", r.Mode, ClaimModeRead, ClaimModeWrite))
+	}
+	if r.AccessMode != "" && !r.AccessMode.Valid() {
+		return Invalid("access_mode", fmt.Sprintf("%q is not one of %v", r.AccessMode, AccessModes))
+	}
+	if r.AttachmentMode != "" && !r.AttachmentMode.Valid() {
+		return Invalid("attachment_mode", fmt.Sprintf("%q is not %q or %q", r.AttachmentMode,
+			AttachmentModeFilesystem, AttachmentModeBlockDevice))
+	}
+	if len(r.ExternalNodeID) > maxVolumeValueLen {
+		return Invalid("external_node_id", fmt.Sprintf("longer than %d bytes", maxVolumeValueLen))
+	}
+	return nil
+}
+
+// ClaimBatchRequest is the claim batch log entry: the leader gathers the
+// claims and releases that arrive within one Raft round into one entry.
+// Items are applied in order, each against the state the earlier ones left.
+type ClaimBatchRequest struct {
+	Claims []*VolumeClaimRequest
+	WriteRequest
+}
+
+// ClaimResult is the outcome of one item of a claim batch.
+type ClaimResult struct {
+	// Claim is the claim as stored after the item (a copy), or nil when a
+	// release found nothing to release or the item was refused.
+	Claim *Claim
+	// New is true only when this item created the claim: the one case in
+	// which the caller sends ControllerPublish (seed 3, S5).
+	New bool
+	// Error is the refusal, nil on success. Use Err to get an error value
+	// that is nil when Error is (a nil *CodedError in an error interface is
+	// not nil).
+	Error *CodedError
+}
+
+// Err returns the refusal as an error, or a true nil.
+func (r *ClaimResult) Err() error {
+	if r == nil || r.Error == nil {
+		return nil
+	}
+	return r.Error
+}
+
+// ClaimBatchResponse is what applying a claim batch returns: one result per
+// request item, in the same order.
+type ClaimBatchResponse struct {
+	Results []*ClaimResult
+}
+
+// VolumeClaimResponse answers one Volume.Claim call.
+type VolumeClaimResponse struct {
+	Claim *Claim
+	New   bool
+	WriteMeta
+}
+
+// ClaimCheckpointRequest records that a claim reached a state. Checkpoints
+// only move forward: a request for an earlier state than the stored one is
+// refused, and a request for the stored state changes nothing (so a retried
+// checkpoint is harmless), except that a taken → taken checkpoint with a
+// PublishContext records that context.
+type ClaimCheckpointRequest struct {
+	VolumeID string
+	AllocID  string
+	State    ClaimState
+	// ExpectedState, when set, makes the checkpoint a compare-and-set: it is
+	// refused (conflict) unless the claim is in exactly this state. A worker
+	// that lost and regained leadership cannot then overwrite progress it
+	// did not see.
+	ExpectedState ClaimState
+	// PublishContext is stored on a live claim by a taken checkpoint.
+	PublishContext map[string]string
+	// ForcedSkip allows moving past node-detached without having been there
+	// (the operator's -force); it is recorded on the claim.
+	ForcedSkip bool
+	WriteRequest
+}
+
+// Validate checks the request's fields; errors name the field.
+func (r *ClaimCheckpointRequest) Validate() error {
+	if r == nil {
+		return Invalid("checkpoint", "must be given")
+	}
+	if err := ValidateID("volume_id", r.VolumeID); err != nil {
+		return err
+	}
+	if err := ValidateID("alloc_id", r.AllocID); err != nil {
+		return err
+	}
+	if !r.State.Valid() {
+		return Invalid("state", fmt.Sprintf("%q is not one of %v", r.State, ClaimStates))
+	}
+	if r.ExpectedState != "" && !r.ExpectedState.Valid() {
+		return Invalid("expected_state", fmt.Sprintf("%q is not one of %v", r.ExpectedState, ClaimStates))
+	}
+	if len(r.PublishContext) > 0 && r.State != ClaimStateTaken {
+		return Invalid("publish_context", "only a taken checkpoint may carry one")
+	}
+	return validateStringMap("publish_context", r.PublishContext)
+}
+
+// ClaimCheckpointResponse is what applying a checkpoint returns.
+type ClaimCheckpointResponse struct {
+	// Claim is the claim after the checkpoint (a copy), nil once freed.
+	Claim *Claim
+	WriteMeta
+}

@@ -1,0 +1,198 @@
+package structs
+
+import (
+	"fmt"
+	"sort"
+)
+
+// NodeStatus is whether the servers consider a client node alive.
+type NodeStatus string
+
+const (
+	NodeStatusReady NodeStatus = "ready"
+	NodeStatusDown  NodeStatus = "down"
+)
+
+func (s NodeStatus) Valid() bool { return s == NodeStatusReady || s == NodeStatusDown }
+
+// CSIInfo is a node's fingerprint of one CSI plugin it runs, as its node or
+// its controller service.
+type CSIInfo struct {
+	PluginID          string `json:"plugin_id"`
+	Healthy           bool   `json:"healthy"`
+	HealthDescription string `json:"health_description,omitempty"`
+	Provider          string `json:"provider,omitempty"`
+	ProviderVersion   string `json:"provider_version,omitempty"`
+	// RequiresControllerPlugin is true when the plugin advertises the
+	// controller service with publish/unpublish: claims then need a healthy
+	// controller somewhere in the cluster.
+	RequiresControllerPlugin bool `json:"requires_controller_plugin,omitempty"`
+	// ExternalNodeID is the node plugin's NodeGetInfo node ID (node
+	// fingerprints only); it becomes Claim.ExternalNodeID.
+	ExternalNodeID string `json:"external_node_id,omitempty"`
+	// MaxVolumes is the node plugin's limit on volumes per node, 0 = none.
+	MaxVolumes int64 `json:"max_volumes,omitempty"`
+}
+
+// Copy returns a copy (CSIInfo holds no references).
+func (i *CSIInfo) Copy() *CSIInfo {
+	if i == nil {
+		return nil
+	}
+	c := *i
+	return &c
+}
+
+// Node is a client agent's machine.
+type Node struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	// SecretID authenticates the node's own calls; Sanitize blanks it.
+	SecretID string     `json:"secret_id,omitempty"`
+	Status   NodeStatus `json:"status"`
+	// Fingerprints keyed by plugin ID.
+	CSINodePlugins       map[string]*CSIInfo `json:"csi_node_plugins,omitempty"`
+	CSIControllerPlugins map[string]*CSIInfo `json:"csi_controller_plugins,omitempty"`
+
+	CreateIndex uint64 `json:"create_index,omitempty"`
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
+}
+
+// Limits on a node's fingerprints, so one node cannot bloat the state.
+const (
+	maxNodePlugins   = 64
+	maxSecretIDLen   = 256
+	maxFingerprintSz = 4096
+)
+
+// Validate checks a node as its agent registers it; errors name the field.
+func (n *Node) Validate() error {
+	if n == nil {
+		return Invalid("node", "must be given")
+	}
+	if err := ValidateID("id", n.ID); err != nil {
+		return err
+	}
+	if len(n.Name) > maxVolumeValueLen {
+		return Invalid("name", fmt.Sprintf("longer than %d bytes", maxVolumeValueLen))
+	}
+	if n.SecretID == "" {
+		return Invalid("secret_id", "must not be empty")
+	}
+	if len(n.SecretID) > maxSecretIDLen {
+		return Invalid("secret_id", fmt.Sprintf("longer than %d bytes", maxSecretIDLen))
+	}
+	if n.Status != "" && !n.Status.Valid() {
+		return Invalid("status", fmt.Sprintf("%q is not %q or %q", n.Status, NodeStatusReady, NodeStatusDown))
+	}
+	if err := validateFingerprints("csi_node_plugins", n.CSINodePlugins); err != nil {
+		return err
+	}
+	return validateFingerprints("csi_controller_plugins", n.CSIControllerPlugins)
+}
+
+func validateFingerprints(field string, m map[string]*CSIInfo) error {
+	if len(m) > maxNodePlugins {
+		return Invalid(field, fmt.Sprintf("has %d entries, at most %d allowed", len(m), maxNodePlugins))
+	}
+	for _, id := range SortedKeys(m) {
+		info := m[id]
+		f := field + "." + id
+		if err := ValidateID(field, id); err != nil {
+			return err
+		}
+		if info == nil {
+			return Invalid(f, "must not be null")
+		}
+		if info.PluginID != id {
+			return Invalid(f+".plugin_id", fmt.Sprintf("%q does not match its key", info.PluginID))
+		}
+		if len(info.HealthDescription)+len(info.Provider)+len(info.ProviderVersion)+
+			len(info.ExternalNodeID) > maxFingerprintSz {
+			return Invalid(f, fmt.Sprintf("longer than %d bytes", maxFingerprintSz))
+		}
+	}
+	return nil
+}
+
+// Copy returns a deep copy; state-store objects are never mutated in place.
+func (n *Node) Copy() *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.CSINodePlugins = copyFingerprints(n.CSINodePlugins)
+	c.CSIControllerPlugins = copyFingerprints(n.CSIControllerPlugins)
+	return &c
+}
+
+// Sanitize returns a copy fit to show an operator: no secret ID.
+func (n *Node) Sanitize() *Node {
+	c := n.Copy()
+	if c != nil && c.SecretID != "" {
+		c.SecretID = redacted
+	}
+	return c
+}
+
+func copyFingerprints(m map[string]*CSIInfo) map[string]*CSIInfo {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*CSIInfo, len(m))
+	for k, v := range m {
+		out[k] = v.Copy()
+	}
+	return out
+}
+
+// SortedKeys returns a map's keys in order: the state machine never lets
+// map order reach its results.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// NodeRegisterRequest registers a node or updates it (fingerprints, name,
+// status). A node keeps its SecretID: a re-register with another one is
+// refused.
+type NodeRegisterRequest struct {
+	Node *Node
+	WriteRequest
+}
+
+// NodeUpdateStatusRequest marks a node ready or down. Down makes every
+// allocation on it lost, and so their claims past, in the same entry.
+type NodeUpdateStatusRequest struct {
+	NodeID string
+	Status NodeStatus
+	WriteRequest
+}
+
+// NodeDeregisterRequest removes nodes; their allocations become lost.
+type NodeDeregisterRequest struct {
+	NodeIDs []string
+	WriteRequest
+}
+
+// NodeSpecificRequest reads one node.
+type NodeSpecificRequest struct {
+	ID string
+	QueryOptions
+}
+
+// NodeResponse carries one node (nil when not found).
+type NodeResponse struct {
+	Node *Node
+	QueryMeta
+}
+
+// NodeListResponse carries nodes sorted by ID.
+type NodeListResponse struct {
+	Nodes []*Node
+	QueryMeta
+}

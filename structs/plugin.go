@@ -1,0 +1,69 @@
+package structs
+
+// Plugin is a CSI plugin as the cluster sees it. Nobody registers plugins:
+// the state machine derives them from node fingerprints whenever a node
+// registers, changes status or leaves, so a plugin can never disagree with
+// the nodes that run it. A plugin with no instances left is deleted.
+type Plugin struct {
+	ID              string `json:"id"`
+	Provider        string `json:"provider,omitempty"`
+	ProviderVersion string `json:"provider_version,omitempty"`
+	// ControllerRequired is true when any instance reports that the plugin
+	// needs ControllerPublish/Unpublish; claims then need a healthy
+	// controller.
+	ControllerRequired bool `json:"controller_required"`
+	// Instances keyed by node ID. Healthy here means the fingerprint is
+	// healthy and the node is ready: a plugin on a down node cannot serve.
+	Controllers        map[string]*CSIInfo `json:"controllers,omitempty"`
+	Nodes              map[string]*CSIInfo `json:"nodes,omitempty"`
+	ControllersHealthy int                 `json:"controllers_healthy"`
+	NodesHealthy       int                 `json:"nodes_healthy"`
+
+	CreateIndex uint64 `json:"create_index,omitempty"`
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
+}
+
+// Copy returns a deep copy; state-store objects are never mutated in place.
+func (p *Plugin) Copy() *Plugin {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Controllers = copyFingerprints(p.Controllers)
+	c.Nodes = copyFingerprints(p.Nodes)
+	return &c
+}
+
+// Schedulable reports whether a claim on nodeID can be served: a healthy
+// node plugin there and, when required, a healthy controller anywhere.
+// The reason is empty when it can.
+func (p *Plugin) Schedulable(nodeID string) (ok bool, reason string) {
+	if p == nil {
+		return false, "plugin has no instances"
+	}
+	if n := p.Nodes[nodeID]; n == nil || !n.Healthy {
+		return false, "no healthy node plugin " + quote(p.ID) + " on node " + quote(nodeID)
+	}
+	if p.ControllerRequired && p.ControllersHealthy == 0 {
+		return false, "plugin " + quote(p.ID) + " requires a controller and none is healthy"
+	}
+	return true, ""
+}
+
+// PluginSpecificRequest reads one plugin.
+type PluginSpecificRequest struct {
+	ID string
+	QueryOptions
+}
+
+// PluginResponse carries one plugin (nil when not found).
+type PluginResponse struct {
+	Plugin *Plugin
+	QueryMeta
+}
+
+// PluginListResponse carries plugins sorted by ID.
+type PluginListResponse struct {
+	Plugins []*Plugin
+	QueryMeta
+}
