@@ -69,11 +69,16 @@ func waitSameVolumes(t *testing.T, c *harness.Cluster, want []string) {
 }
 
 func TestBootstrapExpect_FormsOneClusterInAnyStartOrder(t *testing.T) {
-	for _, order := range [][]int{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}} {
+	for _, order := range [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}} {
 		t.Run(fmt.Sprint(order), func(t *testing.T) {
 			c := harness.NewCluster(t, 3, harness.Options{})
 			for _, i := range order {
+				// Each server is up and answering (and has tried its
+				// joins) before the next one starts.
 				c.Servers[i].Start()
+				if err := c.Servers[i].Client().Ping(harness.Ctx(t, 10*time.Second)); err != nil {
+					t.Fatalf("%s ping: %v", c.Servers[i].Name, err)
+				}
 			}
 			leader := c.WaitForLeader(electionWait)
 			harness.WaitFor(t, applyWait, func() error {
@@ -300,5 +305,23 @@ func TestRemovePeer_ThroughFollowerShrinksConfiguration(t *testing.T) {
 	err = via.Client().RaftRemovePeer(harness.Ctx(t, 30*time.Second), "no-such-peer", "")
 	if !errors.Is(err, structs.ErrNotFound) {
 		t.Fatalf("remove unknown peer exp: not_found got: %v", err)
+	}
+}
+
+func TestBootstrapExpect_ServersThatDisagreeNeverBootstrap(t *testing.T) {
+	c := harness.NewCluster(t, 3, harness.Options{Configure: func(cfg *server.Config) {
+		if cfg.NodeName == "s3" {
+			cfg.BootstrapExpect = 2
+		}
+	}})
+	c.StartAll()
+	end := time.Now().Add(3 * time.Second)
+	for time.Now().Before(end) {
+		for _, s := range c.Servers {
+			if s.IsLeader() {
+				t.Fatalf("servers with different -bootstrap-expect exp: no cluster got: %s leads", s.Name)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
