@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"time"
+
 	netrpc "net/rpc"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,6 +32,11 @@ type Server interface {
 	// ServerName maps a Raft server ID to its node name ("" if unknown).
 	ServerName(id string) string
 	ShutdownCh() <-chan struct{}
+	// SubmitClaim commits one claim or release, batched with concurrent
+	// ones into a single claim batch entry.
+	SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error)
+	// HeartbeatTTL is how soon a node must heartbeat again.
+	HeartbeatTTL() time.Duration
 }
 
 // Register adds every endpoint to rs.
@@ -38,6 +45,10 @@ func Register(rs *netrpc.Server, srv Server) error {
 		"Status":   &Status{srv: srv},
 		"Operator": &Operator{srv: srv},
 		"Volume":   &Volume{srv: srv},
+		"Node":     &Node{srv: srv},
+		"Alloc":    &Alloc{srv: srv},
+		"Plugin":   &Plugin{srv: srv},
+		"Eval":     &Eval{srv: srv},
 	} {
 		if err := rs.RegisterName(name, rcvr); err != nil {
 			return err

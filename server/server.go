@@ -43,7 +43,8 @@ type Server struct {
 	leaderMu      sync.Mutex
 	leaderChanged chan struct{}
 
-	boot *bootstrapper
+	boot   *bootstrapper
+	claims *claimBatcher
 
 	// leaderDuties are switched on after this server wins leadership and
 	// its Barrier completes, and off when it loses leadership.
@@ -136,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	s.pool = forward.NewPool(cfg.Dialer, s.logger)
 	s.fwd = forward.New(s.pool, s, s.shutdownCh)
 	s.boot = newBootstrapper(s)
+	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
 
 	observations := make(chan raft.Observation, 16)
 	s.raft.Raft.RegisterObserver(raft.NewObserver(observations, false, func(o *raft.Observation) bool {
@@ -147,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 	s.goFunc(func() { s.watchLeaderObservations(observations) })
 	s.goFunc(func() { s.monitorLeadership() })
 	s.goFunc(func() { s.boot.run() })
+	s.goFunc(func() { s.claims.run() })
 	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
 		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState())
 	return s, nil
@@ -331,4 +334,19 @@ func (s *Server) Shutdown() error {
 		s.wg.Wait()
 	})
 	return err
+}
+
+// SubmitClaim implements endpoints.Server.
+func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error) {
+	return s.claims.submit(req)
+}
+
+// defaultHeartbeatTTL is how soon a node must heartbeat. 10 s at production
+// timings: long enough that a busy client is not marked down, short enough
+// that a dead node's claims start waiting for it within seconds.
+const defaultHeartbeatTTL = 10 * time.Second
+
+// HeartbeatTTL implements endpoints.Server.
+func (s *Server) HeartbeatTTL() time.Duration {
+	return time.Duration(float64(defaultHeartbeatTTL) * s.cfg.RaftMultiplier)
 }

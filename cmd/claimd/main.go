@@ -25,6 +25,12 @@ func commands() map[string]command {
 		"volume register":               {"register or update a volume from a JSON spec", runVolumeRegister},
 		"volume status":                 {"show volumes, or one volume", runVolumeStatus},
 		"volume deregister":             {"remove a volume", runVolumeDeregister},
+		"alloc run":                     {"place an allocation that claims volumes", runAllocRun},
+		"alloc stop":                    {"stop allocations (the servers release their claims)", runAllocStop},
+		"alloc status":                  {"show allocations, or one", runAllocStatus},
+		"node status":                   {"show client nodes, or one", runNodeStatus},
+		"plugin status":                 {"show CSI plugins, or one", runPluginStatus},
+		"eval list":                     {"show volume-claim GC evals", runEvalList},
 		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
 	}
 }

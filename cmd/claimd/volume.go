@@ -173,8 +173,10 @@ func printVolume(w io.Writer, v *structs.Volume) {
 	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
 	fmt.Fprintf(tw, "Secrets\t= %s\n", formatSecretKeys(v.Secrets))
 	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
+	fmt.Fprintf(tw, "Current Modes\t= %s %s\n", orDash(string(v.CurrentAccessMode)), string(v.CurrentAttachmentMode))
 	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
 	tw.Flush()
+	printClaims(w, v)
 }
 
 func formatMap(m map[string]string) string {

@@ -1,0 +1,154 @@
+package endpoints
+
+import (
+	"fmt"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/structs"
+)
+
+// Node serves client agents (register, status, alloc updates) and reads.
+type Node struct{ srv Server }
+
+// Register creates or updates a node and its plugin fingerprints.
+func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
+		return err
+	}
+	if err := args.Node.Validate(); err != nil {
+		return err
+	}
+	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
+	reply.Servers = voterAddrs(n.srv)
+	return nil
+}
+
+// UpdateStatus marks a node ready or down.
+func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := n.srv.Forward("Node.UpdateStatus", args, args, reply); done {
+		return err
+	}
+	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
+		return err
+	}
+	if !args.Status.Valid() {
+		return structs.Invalid("status", fmt.Sprintf("%q is not %q or %q", args.Status, structs.NodeStatusReady, structs.NodeStatusDown))
+	}
+	_, index, err := n.srv.Apply(structs.NodeUpdateStatusRequestType, args)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
+	reply.Servers = voterAddrs(n.srv)
+	return nil
+}
+
+// Deregister removes nodes; their allocations become lost.
+func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.GenericResponse) error {
+	if done, err := n.srv.Forward("Node.Deregister", args, args, reply); done {
+		return err
+	}
+	if len(args.NodeIDs) == 0 {
+		return structs.Invalid("node_ids", "at least one node ID is required")
+	}
+	for i, id := range args.NodeIDs {
+		if err := structs.ValidateID(fmt.Sprintf("node_ids[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	_, index, err := n.srv.Apply(structs.NodeDeregisterRequestType, args)
+	reply.Index = index
+	return err
+}
+
+// UpdateAlloc records the client statuses of a node's allocations. A
+// terminal status turns the allocation's claims into past claims with a
+// pending volume-claim-gc eval, in the same entry (seed 2).
+func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *structs.GenericResponse) error {
+	if done, err := n.srv.Forward("Node.UpdateAlloc", args, args, reply); done {
+		return err
+	}
+	if len(args.Allocs) == 0 {
+		return structs.Invalid("allocs", "at least one update is required")
+	}
+	for i, u := range args.Allocs {
+		if u == nil {
+			return structs.Invalid(fmt.Sprintf("allocs[%d]", i), "must not be null")
+		}
+		if err := structs.ValidateID(fmt.Sprintf("allocs[%d].id", i), u.ID); err != nil {
+			return err
+		}
+		if !u.ClientStatus.Valid() {
+			return structs.Invalid(fmt.Sprintf("allocs[%d].client_status", i), fmt.Sprintf("%q is not one of %v", u.ClientStatus, structs.AllocClientStatuses))
+		}
+	}
+	_, index, err := n.srv.Apply(structs.AllocClientUpdateRequestType, args)
+	reply.Index = index
+	return err
+}
+
+// Get reads one node (secret ID hidden).
+func (n *Node) Get(args *structs.NodeSpecificRequest, reply *structs.NodeResponse) error {
+	if done, err := n.srv.Forward("Node.Get", args, args, reply); done {
+		return err
+	}
+	if err := structs.ValidateID("id", args.ID); err != nil {
+		return err
+	}
+	return blockingQuery(n.srv, &args.QueryOptions, &reply.QueryMeta,
+		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
+			node, err := state.NodeByID(ws, args.ID)
+			if err != nil {
+				return 0, err
+			}
+			if node == nil {
+				reply.Node = nil
+				if args.MinQueryIndex > 0 {
+					return state.TableIndex(fsm.TableNodes), nil
+				}
+				return 0, structs.NotFound("node", args.ID)
+			}
+			reply.Node = node.Sanitize()
+			return node.ModifyIndex, nil
+		})
+}
+
+// List reads all nodes.
+func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListResponse) error {
+	if done, err := n.srv.Forward("Node.List", args, args, reply); done {
+		return err
+	}
+	return blockingQuery(n.srv, &args.QueryOptions, &reply.QueryMeta,
+		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
+			nodes, err := state.Nodes(ws)
+			if err != nil {
+				return 0, err
+			}
+			reply.Nodes = make([]*structs.Node, 0, len(nodes))
+			for _, node := range nodes {
+				reply.Nodes = append(reply.Nodes, node.Sanitize())
+			}
+			return state.TableIndex(fsm.TableNodes), nil
+		})
+}
+
+// voterAddrs lists the Raft members' addresses from this server's view.
+func voterAddrs(srv Server) []string {
+	f := srv.Raft().GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		out = append(out, string(s.Address))
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+package endpoints
+
+import (
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/structs"
+)
+
+// Plugin reads the plugins derived from node fingerprints.
+type Plugin struct{ srv Server }
+
+// Get reads one plugin.
+func (p *Plugin) Get(args *structs.PluginSpecificRequest, reply *structs.PluginResponse) error {
+	if done, err := p.srv.Forward("Plugin.Get", args, args, reply); done {
+		return err
+	}
+	if err := structs.ValidateID("id", args.ID); err != nil {
+		return err
+	}
+	return blockingQuery(p.srv, &args.QueryOptions, &reply.QueryMeta,
+		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
+			plug, err := state.PluginByID(ws, args.ID)
+			if err != nil {
+				return 0, err
+			}
+			reply.Plugin = plug
+			if plug == nil {
+				if args.MinQueryIndex > 0 {
+					return state.TableIndex(fsm.TablePlugins), nil
+				}
+				return 0, structs.NotFound("plugin", args.ID)
+			}
+			return plug.ModifyIndex, nil
+		})
+}
+
+// List reads all plugins.
+func (p *Plugin) List(args *structs.PluginListRequest, reply *structs.PluginListResponse) error {
+	if done, err := p.srv.Forward("Plugin.List", args, args, reply); done {
+		return err
+	}
+	return blockingQuery(p.srv, &args.QueryOptions, &reply.QueryMeta,
+		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
+			plugs, err := state.Plugins(ws)
+			if err != nil {
+				return 0, err
+			}
+			reply.Plugins = plugs
+			return state.TableIndex(fsm.TablePlugins), nil
+		})
+}
