@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/rpc"
-	"github.com/claimd/claimd/structs"
 )
 
 // DefaultAddress is where the CLI looks for a server without -address or
@@ -139,12 +138,10 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 			return err
 		}
 		err = conn.Call(ctx, method, args, reply)
-		if err == nil || !errors.Is(err, structs.ErrUnavailable) {
+		if err == nil || !errors.Is(err, rpc.ErrTransport) {
 			return err
 		}
-		if conn.IsClosed() || errors.Is(err, rpc.ErrNotSent) {
-			c.dropSession(conn)
-		}
+		c.dropSession(conn)
 		if !errors.Is(err, rpc.ErrNotSent) {
 			return err
 		}

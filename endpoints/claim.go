@@ -1,12 +1,17 @@
 package endpoints
 
 import (
+	"fmt"
+
 	"github.com/claimd/claimd/structs"
 )
 
 // Claim claims a volume for an allocation, or releases the allocation's
 // claim (Release: true): one RPC for both (seed 3). At the leader, claims
-// that arrive together are committed as one claim batch entry.
+// that arrive together are committed as one claim batch entry. A new claim
+// on a plugin that needs a controller is then published by a controller
+// (ControllerPublish only for new claims, never for a release: S5), and the
+// publish context is stored on the claim.
 func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeClaimResponse) error {
 	if done, err := v.srv.Forward("Volume.Claim", args, args, reply); done {
 		return err
@@ -24,5 +29,63 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	}
 	reply.Claim = res.Claim
 	reply.New = res.New
+	if args.Release || !res.New || res.Claim == nil {
+		return nil
+	}
+	return v.controllerPublish(res.Claim, reply)
+}
+
+// controllerPublish runs ControllerPublish for a new claim when the plugin
+// requires it. If the publish fails, the claim is released at once so that
+// the server-driven detach cleans up whatever the plugin half did.
+func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
+	state := v.srv.State()
+	vol, err := state.VolumeByID(nil, claim.VolumeID)
+	if err != nil || vol == nil {
+		return err
+	}
+	plug, err := state.PluginByID(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plug == nil || !plug.ControllerRequired {
+		return nil
+	}
+	attach := &structs.ClientCSIControllerAttachRequest{
+		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
+		VolumeID:           vol.ID,
+		ExternalID:         vol.ExternalID,
+		ExternalNodeID:     claim.ExternalNodeID,
+		AccessMode:         vol.AccessMode,
+		AttachmentMode:     vol.AttachmentMode,
+		ReadOnly:           claim.Mode == structs.ClaimModeRead,
+		MountOptions:       vol.MountOptions,
+		Secrets:            vol.Secrets,
+		VolumeContext:      vol.Context,
+	}
+	var attached structs.ClientCSIControllerAttachResponse
+	if err := (&ClientCSI{srv: v.srv}).ControllerAttachVolume(attach, &attached); err != nil {
+		release := &structs.VolumeClaimRequest{VolumeID: claim.VolumeID, AllocID: claim.AllocID, Release: true}
+		if _, _, rerr := v.srv.SubmitClaim(release); rerr != nil {
+			v.srv.Logger().Error("releasing a claim whose controller publish failed", "volume", claim.VolumeID,
+				"alloc", claim.AllocID, "error", rerr)
+		}
+		return structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))
+	}
+	cp := &structs.ClaimCheckpointRequest{
+		VolumeID: claim.VolumeID, AllocID: claim.AllocID,
+		State: structs.ClaimStateTaken, ExpectedState: structs.ClaimStateTaken,
+		PublishContext: attached.PublishContext,
+	}
+	resp, index, err := v.srv.Apply(structs.ClaimCheckpointRequestType, cp)
+	if err != nil {
+		return structs.Wrap(err, fmt.Sprintf("record publish context of volume %q", claim.VolumeID))
+	}
+	reply.Index = index
+	if r, ok := resp.(*structs.ClaimCheckpointResponse); ok && r.Claim != nil {
+		reply.Claim = r.Claim
+	} else {
+		reply.Claim.PublishContext = attached.PublishContext
+	}
 	return nil
 }

@@ -10,10 +10,25 @@ import (
 )
 
 // Node serves client agents (register, status, alloc updates) and reads.
-type Node struct{ srv Server }
+type Node struct {
+	srv  Server
+	conn ConnInfo
+}
+
+// bindSession records that the node's agent is on this call's session, so
+// servers can call the node back over it. Only a call that came straight
+// from the agent (not forwarded) tells us where the agent is.
+func (n *Node) bindSession(nodeID string, forwarded bool) {
+	if n.conn.Session != nil && !forwarded && nodeID != "" {
+		n.srv.NodeRouter().Conns().Add(nodeID, n.conn.Session)
+	}
+}
 
 // Register creates or updates a node and its plugin fingerprints.
 func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
+	if args.Node != nil {
+		n.bindSession(args.Node.ID, args.IsForwarded())
+	}
 	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
 		return err
 	}
@@ -32,6 +47,7 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 
 // UpdateStatus marks a node ready or down.
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	n.bindSession(args.NodeID, args.IsForwarded())
 	if done, err := n.srv.Forward("Node.UpdateStatus", args, args, reply); done {
 		return err
 	}

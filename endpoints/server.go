@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"github.com/claimd/claimd/forward"
+	"github.com/hashicorp/yamux"
 	"time"
 
 	netrpc "net/rpc"
@@ -37,18 +39,27 @@ type Server interface {
 	SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error)
 	// HeartbeatTTL is how soon a node must heartbeat again.
 	HeartbeatTTL() time.Duration
+	// NodeRouter delivers calls to client nodes over their sessions.
+	NodeRouter() *forward.NodeRouter
+}
+
+// ConnInfo describes the connection a call arrived on: Session is the
+// yamux session for ProtoMux connections, nil otherwise.
+type ConnInfo struct {
+	Session *yamux.Session
 }
 
 // Register adds every endpoint to rs.
-func Register(rs *netrpc.Server, srv Server) error {
+func Register(rs *netrpc.Server, srv Server, conn ConnInfo) error {
 	for name, rcvr := range map[string]any{
-		"Status":   &Status{srv: srv},
-		"Operator": &Operator{srv: srv},
-		"Volume":   &Volume{srv: srv},
-		"Node":     &Node{srv: srv},
-		"Alloc":    &Alloc{srv: srv},
-		"Plugin":   &Plugin{srv: srv},
-		"Eval":     &Eval{srv: srv},
+		"Status":    &Status{srv: srv},
+		"Operator":  &Operator{srv: srv},
+		"Volume":    &Volume{srv: srv},
+		"Node":      &Node{srv: srv, conn: conn},
+		"ClientCSI": &ClientCSI{srv: srv},
+		"Alloc":     &Alloc{srv: srv},
+		"Plugin":    &Plugin{srv: srv},
+		"Eval":      &Eval{srv: srv},
 	} {
 		if err := rs.RegisterName(name, rcvr); err != nil {
 			return err

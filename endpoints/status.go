@@ -40,3 +40,9 @@ func (s *Status) Hello(args *structs.HelloRequest, reply *structs.HelloResponse)
 	*reply = *s.srv.Hello(args)
 	return nil
 }
+
+// HasNodeConn tells another server whether this one holds a node's session.
+func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeConnResponse) error {
+	*reply = s.srv.NodeRouter().HasConn(args.NodeID)
+	return nil
+}

@@ -19,6 +19,10 @@ import (
 // call that failed after sending may or may not have been applied.
 var ErrNotSent = errors.New("request not sent")
 
+// ErrTransport marks a call whose connection failed (as opposed to an error
+// the remote handler returned). Every ErrNotSent error is also ErrTransport.
+var ErrTransport = errors.New("transport failure")
+
 // maxIdleStreams bounds the streams kept open per session for reuse. Opening
 // a yamux stream costs a round trip's worth of frames, so reuse matters on
 // the claim path; 32 covers the concurrency we see per peer.
@@ -132,7 +136,7 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 		return structs.ParseError(call.Error)
 	default:
 		c.Close()
-		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("%s: %v", method, call.Error))
+		return transportError{coded: structs.NewError(structs.CodeUnavailable, fmt.Sprintf("%s: %v", method, call.Error))}
 	}
 }
 
@@ -140,7 +144,13 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 type notSentError struct{ coded *structs.CodedError }
 
 func (e notSentError) Error() string   { return e.coded.Error() }
-func (e notSentError) Unwrap() []error { return []error{e.coded, ErrNotSent} }
+func (e notSentError) Unwrap() []error { return []error{e.coded, ErrNotSent, ErrTransport} }
+
+// transportError is an unavailable error from a failed connection.
+type transportError struct{ coded *structs.CodedError }
+
+func (e transportError) Error() string   { return e.coded.Error() }
+func (e transportError) Unwrap() []error { return []error{e.coded, ErrTransport} }
 
 func notSent(err error) error {
 	return notSentError{coded: structs.NewError(structs.CodeUnavailable, err.Error())}

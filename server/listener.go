@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 
+	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/rpc"
 )
 
@@ -74,7 +75,7 @@ func (s *Server) handleConn(conn net.Conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.newRPCServer().ServeCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes))
+		s.newRPCServer(endpoints.ConnInfo{}).ServeCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes))
 	case rpc.ProtoMux:
 		if !s.track(conn) {
 			return
@@ -95,8 +96,11 @@ func (s *Server) serveMux(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	defer sess.Close()
-	rs := s.newRPCServer()
+	defer func() {
+		s.nodes.Conns().RemoveSession(sess)
+		sess.Close()
+	}()
+	rs := s.newRPCServer(endpoints.ConnInfo{Session: sess})
 	for {
 		stream, err := sess.AcceptStream()
 		if err != nil {

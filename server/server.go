@@ -37,6 +37,7 @@ type Server struct {
 	observed *observedFSM
 	pool     *forward.Pool
 	fwd      *forward.Forwarder
+	nodes    *forward.NodeRouter
 
 	// leaderChanged is closed and replaced at every leadership change this
 	// server observes, waking requests held for a leader.
@@ -136,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 	s.observed.running.Store(true)
 	s.pool = forward.NewPool(cfg.Dialer, s.logger)
 	s.fwd = forward.New(s.pool, s, s.shutdownCh)
+	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers)
 	s.boot = newBootstrapper(s)
 	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
 
@@ -298,10 +300,28 @@ func (s *Server) Hello(req *structs.HelloRequest) *structs.HelloResponse {
 // ServerName implements endpoints.Server.
 func (s *Server) ServerName(id string) string { return s.boot.name(id) }
 
+// NodeRouter implements endpoints.Server.
+func (s *Server) NodeRouter() *forward.NodeRouter { return s.nodes }
+
+// otherServers lists the other Raft members' addresses.
+func (s *Server) otherServers() []string {
+	f := s.raft.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) != s.id {
+			out = append(out, string(srv.Address))
+		}
+	}
+	return out
+}
+
 // newRPCServer makes the net/rpc server for one connection or session.
-func (s *Server) newRPCServer() *netrpc.Server {
+func (s *Server) newRPCServer(conn endpoints.ConnInfo) *netrpc.Server {
 	rs := netrpc.NewServer()
-	if err := endpoints.Register(rs, s); err != nil {
+	if err := endpoints.Register(rs, s, conn); err != nil {
 		// Registration only fails on a programming error.
 		panic(err)
 	}

@@ -2,6 +2,7 @@ package structs
 
 import (
 	"errors"
+	"fmt"
 	"net/rpc"
 	"strings"
 )
@@ -110,4 +111,27 @@ func ParseError(err error) error {
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrMaxClaims) ||
 		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout)
+}
+
+// Wrap adds context to an error and keeps its code, so that errors.Is
+// still works after the error crosses the wire (where %w chains are lost
+// and only the "code: " prefix survives).
+func Wrap(err error, context string) error {
+	if err == nil {
+		return nil
+	}
+	var ce *CodedError
+	if errors.As(err, &ce) {
+		return &CodedError{Code: ce.Code, Message: context + ": " + stripCode(err.Error(), ce.Code)}
+	}
+	var coder interface{ ClaimdCode() ErrorCode }
+	if errors.As(err, &coder) {
+		return &CodedError{Code: coder.ClaimdCode(), Message: context + ": " + stripCode(err.Error(), coder.ClaimdCode())}
+	}
+	return fmt.Errorf("%s: %w", context, err)
+}
+
+// stripCode drops a leading "code: " so wrapping never repeats the code.
+func stripCode(msg string, code ErrorCode) string {
+	return strings.TrimPrefix(msg, string(code)+": ")
 }

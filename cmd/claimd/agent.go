@@ -2,11 +2,11 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/client"
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/server"
 )
 
@@ -31,13 +34,31 @@ type agentFlags struct {
 	logJSON         bool
 	raftMultiplier  float64
 	leaveOnTerm     bool
+	servers         string
+	plugins         pluginFlags
+}
+
+// pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
+type pluginFlags []csi.PluginConfig
+
+func (p *pluginFlags) String() string { return fmt.Sprint(len(*p), " plugins") }
+
+func (p *pluginFlags) Set(s string) error {
+	pc, err := csi.ParsePluginConfig(s)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, pc)
+	return nil
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	var f agentFlags
 	fs := newFlagSet("agent", stderr)
 	fs.BoolVar(&f.server, "server", false, "run a server (Raft member)")
-	fs.BoolVar(&f.client, "client", false, "run a client agent (not yet available)")
+	fs.BoolVar(&f.client, "client", false, "run a client agent (with -servers and -csi-plugin)")
+	fs.StringVar(&f.servers, "servers", "", "client: server addresses, comma-separated")
+	fs.Var(&f.plugins, "csi-plugin", "client: a CSI plugin, id=ID,type=node|controller|monolith,socket=PATH (repeatable)")
 	fs.BoolVar(&f.dev, "dev", false, "run a single-server cluster with state in a temporary directory")
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many servers know each other")
 	fs.StringVar(&f.join, "join", "", "addresses of other servers, comma-separated")
@@ -61,24 +82,83 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "claimd", Level: level, JSONFormat: f.logJSON, Output: stderr})
 
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
 	if f.dev {
-		f.server = true
+		f.server, f.client = true, true
 		f.bootstrapExpect = 1
 		if f.dataDir == "" {
 			dir, err := os.MkdirTemp("", "claimd-dev-")
 			if err != nil {
 				return fail(stderr, "%v", err)
 			}
-			defer os.RemoveAll(dir)
+			stops = append(stops, func() { os.RemoveAll(dir) })
 			f.dataDir = dir
 		}
+		if f.nodeName == "" {
+			f.nodeName = "dev"
+		}
+		plug, err := startDevPlugin(f.dataDir, f.nodeName, logger)
+		if err != nil {
+			return fail(stderr, "start built-in plugin: %v", err)
+		}
+		stops = append(stops, plug.Stop)
+		f.plugins = append(f.plugins, csi.PluginConfig{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: plug.Endpoint()})
+		fmt.Fprintf(stdout, "built-in hostdir plugin: socket=%s root=%s\n", plug.Endpoint(), filepath.Join(f.dataDir, "hostdir"))
+	}
+	if !f.server && !f.client {
+		return fail(stderr, "choose -server, -client or -dev")
+	}
+	var srv *server.Server
+	if f.server {
+		var err error
+		if srv, err = startServer(f, logger); err != nil {
+			return fail(stderr, "start server: %v", err)
+		}
+		stops = append(stops, func() {
+			var err error
+			if f.leaveOnTerm {
+				err = srv.Leave(30 * time.Second)
+			} else {
+				err = srv.Shutdown()
+			}
+			if err != nil && !errors.Is(err, os.ErrClosed) {
+				logger.Error("server shutdown", "error", err)
+			}
+		})
+		fmt.Fprintf(stdout, "claimd server running: id=%s addr=%s data-dir=%s\n", srv.ID(), srv.Addr(), f.dataDir)
 	}
 	if f.client {
-		return fail(stderr, "-client: client agents are not available yet")
+		servers := splitList(f.servers)
+		if len(servers) == 0 && srv != nil {
+			servers = []string{srv.Addr()}
+		}
+		dataDir := f.dataDir
+		if f.server {
+			dataDir = filepath.Join(f.dataDir, "client")
+		}
+		agent, err := client.New(client.Config{
+			Servers: servers, DataDir: dataDir, NodeName: f.nodeName, Plugins: f.plugins, Logger: logger,
+		})
+		if err != nil {
+			return fail(stderr, "start client: %v", err)
+		}
+		stops = append(stops, agent.Shutdown)
+		fmt.Fprintf(stdout, "claimd client running: node=%s servers=%s\n", agent.NodeID(), strings.Join(servers, ","))
 	}
-	if !f.server {
-		return fail(stderr, "choose -server or -dev")
-	}
+
+	sigCh := make(chan os.Signal, 1)
+	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
+	sig := <-sigCh
+	logger.Info("caught signal; stopping", "signal", sig.String())
+	return 0
+}
+
+func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
 	cfg := server.Config{
 		NodeName:        f.nodeName,
 		DataDir:         f.dataDir,
@@ -89,25 +169,27 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		RaftMultiplier:  f.raftMultiplier,
 		Logger:          logger,
 	}
-	srv, err := server.New(cfg)
-	if err != nil {
-		return fail(stderr, "start server: %v", err)
-	}
-	fmt.Fprintf(stdout, "claimd server running: id=%s addr=%s data-dir=%s\n", srv.ID(), srv.Addr(), f.dataDir)
+	return server.New(cfg)
+}
 
-	sigCh := make(chan os.Signal, 1)
-	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	sig := <-sigCh
-	logger.Info("caught signal", "signal", sig.String())
-	if f.leaveOnTerm {
-		err = srv.Leave(30 * time.Second)
-	} else {
-		err = srv.Shutdown()
+// startDevPlugin runs the built-in hostdir plugin in this process as a
+// monolith (controller and node), on a socket in the data dir.
+func startDevPlugin(dataDir, nodeName string, logger hclog.Logger) (*hostdir.Plugin, error) {
+	p, err := hostdir.New(hostdir.Config{
+		Endpoint: "unix://" + filepath.Join(dataDir, "hostdir.sock"),
+		Root:     filepath.Join(dataDir, "hostdir"),
+		NodeID:   nodeName,
+		Mode:     hostdir.ModeMonolith,
+		AuditLog: filepath.Join(dataDir, "hostdir-audit.jsonl"),
+		Logger:   logger.Named("hostdir"),
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err != nil && !errors.Is(err, os.ErrClosed) {
-		return fail(stderr, "shutdown: %v", err)
+	if err := p.Start(); err != nil {
+		return nil, err
 	}
-	return 0
+	return p, nil
 }
 
 func splitList(s string) []string {
@@ -119,5 +201,3 @@ func splitList(s string) []string {
 	}
 	return out
 }
-
-var _ = flag.ContinueOnError

@@ -1,7 +1,11 @@
 package main
 
-import "io"
+import (
+	"io"
+
+	"github.com/claimd/claimd/csi/hostdir"
+)
 
 func runHostdirPlugin(args []string, stdout, stderr io.Writer) int {
-	return fail(stderr, "csi-plugin hostdir: not available yet")
+	return hostdir.Main(args, stdout, stderr)
 }

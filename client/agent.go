@@ -1,0 +1,275 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/structs"
+)
+
+// Agent is a running client agent.
+type Agent struct {
+	cfg    Config
+	logger hclog.Logger
+	ident  identity
+	conn   *serverConn
+
+	plugins *csi.Manager
+
+	mountsMu sync.Mutex
+	mounts   map[string]*csi.MountManager // by plugin ID
+
+	// fpChanged wakes the heartbeat loop to re-register with new
+	// fingerprints.
+	fpChanged chan struct{}
+
+	allocs *allocRunner
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// identity is the node's ID and secret, kept in the data dir so that a
+// restarted agent is the same node.
+type identity struct {
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+}
+
+// New starts an agent: plugins are probed, the node registers, and
+// allocations run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName, _ = os.Hostname()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	ident, err := loadIdentity(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{
+		cfg:       cfg,
+		logger:    cfg.Logger.Named("client").With("node", ident.ID),
+		ident:     ident,
+		mounts:    map[string]*csi.MountManager{},
+		fpChanged: make(chan struct{}, 1),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+	a.conn = newServerConn(a, cfg.Servers)
+	a.plugins, err = csi.NewManager(csi.ManagerConfig{
+		Plugins:       cfg.Plugins,
+		ProbeInterval: cfg.ProbeInterval,
+		OnChange:      func([]csi.PluginFingerprint) { a.wakeHeartbeat() },
+		Logger:        a.logger,
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	a.allocs = newAllocRunner(a)
+	// The first fingerprint round runs before registering, so the servers
+	// never see this node without its plugins.
+	a.plugins.Refresh(ctx)
+	a.plugins.Start()
+	a.goFunc(a.heartbeatLoop)
+	a.goFunc(a.allocs.run)
+	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins))
+	return a, nil
+}
+
+func (a *Agent) goFunc(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+}
+
+// NodeID is this node's ID.
+func (a *Agent) NodeID() string { return a.ident.ID }
+
+// Shutdown stops the agent. Allocations are left as they are: mounts stay,
+// and the servers keep the claims (a restarted agent picks them up).
+func (a *Agent) Shutdown() {
+	a.cancel()
+	a.conn.close()
+	a.wg.Wait()
+	a.allocs.wait()
+	a.plugins.Stop()
+}
+
+func (a *Agent) wakeHeartbeat() {
+	select {
+	case a.fpChanged <- struct{}{}:
+	default:
+	}
+}
+
+func loadIdentity(dir, override string) (identity, error) {
+	path := filepath.Join(dir, "node-identity.json")
+	var id identity
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &id); err != nil {
+			return id, fmt.Errorf("read %s: %w", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return id, err
+	}
+	changed := false
+	if override != "" && id.ID != override {
+		id.ID, changed = override, true
+	}
+	if id.ID == "" {
+		id.ID, changed = randomID(), true
+	}
+	if id.Secret == "" {
+		id.Secret, changed = randomID(), true
+	}
+	if changed {
+		b, _ := json.Marshal(id)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return id, fmt.Errorf("write %s: %w", path, err)
+		}
+	}
+	return id, nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// node builds the node as registered: identity plus fingerprints.
+func (a *Agent) node() *structs.Node {
+	n := &structs.Node{
+		ID: a.ident.ID, Name: a.cfg.NodeName, SecretID: a.ident.Secret, Status: structs.NodeStatusReady,
+		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
+	}
+	for _, fp := range a.plugins.Fingerprints() {
+		info := &structs.CSIInfo{
+			PluginID: fp.ID, Healthy: fp.Healthy, HealthDescription: fp.HealthDescription,
+			Provider: fp.Name, ProviderVersion: fp.Version,
+		}
+		if fp.Type.HasNode() {
+			ni := *info
+			ni.ExternalNodeID = fp.NodeExternalID
+			ni.MaxVolumes = fp.MaxVolumes
+			n.CSINodePlugins[fp.ID] = &ni
+		}
+		if fp.Type.HasController() {
+			ci := *info
+			ci.RequiresControllerPlugin = fp.RequiresControllerPublish
+			n.CSIControllerPlugins[fp.ID] = &ci
+		}
+	}
+	return n
+}
+
+// heartbeatLoop registers the node, then heartbeats within the TTL the
+// servers give. It re-registers when fingerprints change or the session
+// moves to another server (so that server binds this node's session).
+func (a *Agent) heartbeatLoop() {
+	registered := false
+	ttl := 2 * time.Second
+	for {
+		connected := a.conn.connectedCh()
+		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+		var resp structs.NodeUpdateResponse
+		var err error
+		if !registered {
+			err = a.conn.call(ctx, "Node.Register", &structs.NodeRegisterRequest{Node: a.node()}, &resp)
+		} else {
+			err = a.conn.call(ctx, "Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: a.ident.ID, Status: structs.NodeStatusReady}, &resp)
+		}
+		cancel()
+		wait := ttl / 3
+		if err != nil {
+			if a.ctx.Err() != nil {
+				return
+			}
+			a.logger.Warn("heartbeat failed; retrying", "registered", registered, "error", err)
+			registered = false
+			wait = 500 * time.Millisecond
+		} else {
+			registered = true
+			if resp.HeartbeatTTL > 0 {
+				ttl = resp.HeartbeatTTL
+				wait = ttl / 3
+			}
+			a.conn.setServers(resp.Servers)
+		}
+		select {
+		case <-time.After(wait):
+		case <-a.fpChanged:
+			registered = false
+		case <-connected:
+			registered = false
+		case <-a.ctx.Done():
+			return
+		}
+	}
+}
+
+// mountManager returns the mount manager of a node plugin configured here.
+func (a *Agent) mountManager(pluginID string) (*csi.MountManager, error) {
+	a.mountsMu.Lock()
+	defer a.mountsMu.Unlock()
+	if m, ok := a.mounts[pluginID]; ok {
+		return m, nil
+	}
+	var fp *csi.PluginFingerprint
+	for _, f := range a.plugins.Fingerprints() {
+		if f.ID == pluginID {
+			f := f
+			fp = &f
+		}
+	}
+	if fp == nil || !fp.Type.HasNode() {
+		return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not configured on this node", pluginID))
+	}
+	if !fp.Healthy && fp.NodeExternalID == "" {
+		// Never fingerprinted: we do not know whether it stages.
+		return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not healthy: %s", pluginID, fp.HealthDescription))
+	}
+	client, _ := a.plugins.Client(pluginID)
+	m, err := csi.NewMountManager(csi.MountManagerConfig{
+		Root: filepath.Join(a.absDataDir(), "csi"), PluginID: pluginID, Plugin: client,
+		RequiresStaging: fp.RequiresStaging, Logger: a.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.mounts[pluginID] = m
+	return m, nil
+}
+
+func (a *Agent) absDataDir() string {
+	if abs, err := filepath.Abs(a.cfg.DataDir); err == nil {
+		return abs
+	}
+	return a.cfg.DataDir
+}

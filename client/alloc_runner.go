@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// allocRunner watches this node's allocations by blocking query and runs
+// one goroutine per allocation that still has work: claim and mount its
+// volumes then report running, or report a stopped allocation complete.
+type allocRunner struct {
+	a *Agent
+
+	mu      sync.Mutex
+	running map[string]*allocTask
+	wg      sync.WaitGroup
+}
+
+type allocTask struct {
+	cancel context.CancelFunc
+	// stopping: the task was started for a stop; a running task is
+	// cancelled when the allocation is stopped.
+	stopping bool
+}
+
+func newAllocRunner(a *Agent) *allocRunner {
+	return &allocRunner{a: a, running: map[string]*allocTask{}}
+}
+
+func (r *allocRunner) wait() { r.wg.Wait() }
+
+func (r *allocRunner) run() {
+	var index uint64
+	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
+		args := &structs.AllocListRequest{NodeID: r.a.ident.ID, QueryOptions: structs.QueryOptions{
+			AllowStale: true, MinQueryIndex: index, MaxQueryTime: 5 * time.Minute}}
+		var resp structs.AllocListResponse
+		ctx, cancel := context.WithTimeout(r.a.ctx, 6*time.Minute)
+		err := r.a.conn.call(ctx, "Alloc.List", args, &resp)
+		cancel()
+		if r.a.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.a.logger.Warn("watching allocations failed; retrying", "error", err)
+			if !sleepCtx(r.a.ctx, backoff.next()) {
+				return
+			}
+			continue
+		}
+		backoff.reset()
+		if resp.Index < index {
+			// A stale server behind the one we watched before: start over.
+			index = 0
+		} else {
+			index = resp.Index
+		}
+		r.reconcile(resp.Allocs)
+	}
+}
+
+// reconcile starts a task for every allocation that needs one.
+func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, alloc := range allocs {
+		task, ok := r.running[alloc.ID]
+		if alloc.Terminal() {
+			if ok {
+				// Done with it: forget the task so the map does not grow.
+				task.cancel()
+				delete(r.running, alloc.ID)
+			}
+			continue
+		}
+		switch {
+		case alloc.DesiredStatus == structs.AllocDesiredStop:
+			if ok && task.stopping {
+				continue
+			}
+			if ok {
+				task.cancel() // stop claiming or mounting
+			}
+			r.start(alloc, true)
+		case !ok && alloc.ClientStatus == structs.AllocClientPending:
+			r.start(alloc, false)
+		}
+	}
+}
+
+func (r *allocRunner) start(alloc *structs.Alloc, stop bool) {
+	ctx, cancel := context.WithCancel(r.a.ctx)
+	task := &allocTask{cancel: cancel, stopping: stop}
+	r.running[alloc.ID] = task
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel()
+		var done bool
+		if stop {
+			done = r.stop(ctx, alloc)
+		} else {
+			done = r.runAlloc(ctx, alloc)
+		}
+		r.mu.Lock()
+		if r.running[alloc.ID] == task && !done {
+			// Let the next reconcile start it again.
+			delete(r.running, alloc.ID)
+		}
+		r.mu.Unlock()
+	}()
+}
+
+// runAlloc claims and mounts every volume, then reports running. A
+// retryable refusal (the volume is still held: max_claims; the plugin is
+// not healthy yet: unschedulable) is retried with capped backoff; a
+// permanent one fails the allocation.
+func (r *allocRunner) runAlloc(ctx context.Context, alloc *structs.Alloc) bool {
+	log := r.a.logger.With("alloc", alloc.ID)
+	for _, req := range alloc.Volumes {
+		if err := r.claimAndMount(ctx, alloc, req); err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			log.Error("allocation failed", "volume", req.VolumeID, "error", err)
+			return r.report(ctx, alloc.ID, structs.AllocClientFailed, err.Error())
+		}
+	}
+	log.Info("allocation running", "volumes", len(alloc.Volumes))
+	return r.report(ctx, alloc.ID, structs.AllocClientRunning, "")
+}
+
+func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, req *structs.AllocVolumeRequest) error {
+	mode := structs.ClaimModeWrite
+	if req.ReadOnly {
+		mode = structs.ClaimModeRead
+	}
+	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
+	backoff := newBackoff(250*time.Millisecond, 10*time.Second)
+	var claim structs.VolumeClaimResponse
+	for {
+		claim = structs.VolumeClaimResponse{}
+		err := r.a.conn.call(ctx, "Volume.Claim", claimReq, &claim)
+		if err == nil {
+			break
+		}
+		if !retryableClaimError(err) {
+			return structs.Wrap(err, fmt.Sprintf("claim volume %q", req.VolumeID))
+		}
+		r.a.logger.Debug("claim not granted yet; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
+		if !sleepCtx(ctx, backoff.next()) {
+			return ctx.Err()
+		}
+	}
+	var volResp structs.VolumeResponse
+	if err := r.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: req.VolumeID}, &volResp); err != nil {
+		return structs.Wrap(err, fmt.Sprintf("read volume %q", req.VolumeID))
+	}
+	mm, err := r.a.mountManager(volResp.Volume.PluginID)
+	if err != nil {
+		return err
+	}
+	var pctx map[string]string
+	if claim.Claim != nil {
+		pctx = claim.Claim.PublishContext
+	}
+	backoff.reset()
+	for {
+		_, err := mm.MountVolume(ctx, volResp.Volume, alloc.ID, req.ReadOnly, pctx)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, structs.ErrUnavailable) && !errors.Is(err, structs.ErrTimeout) {
+			return structs.Wrap(err, fmt.Sprintf("mount volume %q", req.VolumeID))
+		}
+		r.a.logger.Warn("mount failed; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
+		if !sleepCtx(ctx, backoff.next()) {
+			return ctx.Err()
+		}
+	}
+}
+
+func retryableClaimError(err error) bool {
+	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable)
+}
+
+// stop reports a stopped allocation complete. It does not unmount: the
+// servers drive the release (seed 2).
+func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
+	return r.report(ctx, alloc.ID, structs.AllocClientComplete, "stopped")
+}
+
+// report sends a client status, retrying until it lands or the agent stops.
+func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
+	args := &structs.AllocClientUpdateRequest{NodeID: r.a.ident.ID, Allocs: []*structs.AllocClientUpdate{
+		{ID: allocID, ClientStatus: status, ClientDescription: desc}}}
+	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
+		var resp structs.GenericResponse
+		err := r.a.conn.call(ctx, "Node.UpdateAlloc", args, &resp)
+		if err == nil {
+			return true
+		}
+		r.a.logger.Warn("reporting allocation status failed; retrying", "alloc", allocID, "status", status, "error", err)
+		if !sleepCtx(ctx, backoff.next()) {
+			return false
+		}
+	}
+}
+
+// backoff is capped exponential backoff with full jitter.
+type backoff struct {
+	base, limit, cur time.Duration
+}
+
+func newBackoff(base, limit time.Duration) *backoff {
+	return &backoff{base: base, limit: limit, cur: base}
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
+	b.cur = min(b.cur*2, b.limit)
+	return d
+}
+
+func (b *backoff) reset() { b.cur = b.base }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/structs"
+)
+
+// csiEndpoint answers the CSI calls servers send down this agent's session.
+type csiEndpoint struct{ a *Agent }
+
+// callTimeout bounds one plugin operation started by a server; the server
+// side waits a little longer (forward.NodeCallTimeout).
+const callTimeout = 90 * time.Second
+
+// NodeDetachVolume unpublishes an allocation's volume and unstages it when
+// no other allocation here uses it. "Not mounted" counts as done (seed 6).
+func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
+	if args.NodeID != e.a.ident.ID {
+		return structs.Invalid("node_id", fmt.Sprintf("%q is not this node (%q)", args.NodeID, e.a.ident.ID))
+	}
+	if err := e.requireHealthy(args.PluginID, true); err != nil {
+		return err
+	}
+	mm, err := e.a.mountManager(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	usage := csi.UsageOptions{ReadOnly: args.ReadOnly, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode}
+	if err := mm.UnmountVolume(ctx, args.VolumeID, args.ExternalID, args.AllocID, usage); err != nil {
+		return pluginError(err)
+	}
+	e.a.logger.Info("node detached volume", "volume", args.VolumeID, "alloc", args.AllocID)
+	return nil
+}
+
+// ControllerAttachVolume runs ControllerPublishVolume on this node's
+// controller plugin.
+func (e *csiEndpoint) ControllerAttachVolume(args *structs.ClientCSIControllerAttachRequest, reply *structs.ClientCSIControllerAttachResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	pctx, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
+		VolumeID: args.ExternalID, NodeID: args.ExternalNodeID,
+		Capability: csi.VolumeCapability{AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, MountOptions: args.MountOptions},
+		ReadOnly:   args.ReadOnly, Secrets: args.Secrets, VolumeContext: args.VolumeContext,
+	})
+	if err != nil {
+		return pluginError(err)
+	}
+	reply.PublishContext = pctx
+	reply.ControllerNodeID = e.a.ident.ID
+	return nil
+}
+
+// ControllerDetachVolume runs ControllerUnpublishVolume on this node's
+// controller plugin.
+func (e *csiEndpoint) ControllerDetachVolume(args *structs.ClientCSIControllerDetachRequest, reply *structs.ClientCSIControllerDetachResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	if err := c.ControllerUnpublishVolume(ctx, args.ExternalID, args.ExternalNodeID, args.Secrets); err != nil {
+		return pluginError(err)
+	}
+	reply.ControllerNodeID = e.a.ident.ID
+	return nil
+}
+
+func (e *csiEndpoint) controller(pluginID string) (*csi.Client, error) {
+	if err := e.requireHealthy(pluginID, false); err != nil {
+		return nil, err
+	}
+	c, ok := e.a.plugins.Client(pluginID)
+	if !ok {
+		return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("controller plugin %q is not configured on this node", pluginID))
+	}
+	return c, nil
+}
+
+// requireHealthy refuses calls to a plugin this node does not run in the
+// needed role. Unhealthy plugins are still tried: the probe may lag, and a
+// failed call costs no more than a refusal.
+func (e *csiEndpoint) requireHealthy(pluginID string, node bool) error {
+	for _, fp := range e.a.plugins.Fingerprints() {
+		if fp.ID != pluginID {
+			continue
+		}
+		if node && !fp.Type.HasNode() || !node && !fp.Type.HasController() {
+			break
+		}
+		return nil
+	}
+	role := "controller"
+	if node {
+		role = "node"
+	}
+	return structs.Invalid("plugin_id", fmt.Sprintf("this node (%s) does not run plugin %q as a %s plugin", e.a.ident.ID, pluginID, role))
+}
+
+// pluginError keeps the code of whatever the plugin or mount manager said,
+// with the whole message, so that it survives the RPC back to the server;
+// anything uncoded is unavailable, which the servers retry with backoff.
+func pluginError(err error) error {
+	if _, ok := err.(*structs.CodedError); ok {
+		return err
+	}
+	var ce *structs.CodedError
+	var coder interface{ ClaimdCode() structs.ErrorCode }
+	if errors.As(err, &ce) || errors.As(err, &coder) {
+		return structs.Wrap(err, "plugin call")
+	}
+	return structs.NewError(structs.CodeUnavailable, err.Error())
+}

@@ -1,0 +1,97 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// NodeCallTimeout bounds one server→client call. CSI publish and unpublish
+// may take tens of seconds on real storage; the plugin client has its own
+// per-call timeouts below this.
+const NodeCallTimeout = 2 * time.Minute
+
+// NodeRouter delivers calls to client nodes: over the node's own session
+// when this server holds it, otherwise one hop to the server that holds the
+// node's newest session (seed 5).
+type NodeRouter struct {
+	conns *NodeConns
+	pool  *Pool
+	// peers returns the other servers' RPC addresses.
+	peers func() []string
+}
+
+// NewNodeRouter makes a router.
+func NewNodeRouter(conns *NodeConns, pool *Pool, peers func() []string) *NodeRouter {
+	return &NodeRouter{conns: conns, pool: pool, peers: peers}
+}
+
+// Conns is the node-connection registry.
+func (r *NodeRouter) Conns() *NodeConns { return r.conns }
+
+// HasConn answers Status.HasNodeConn.
+func (r *NodeRouter) HasConn(nodeID string) structs.NodeConnResponse {
+	if c, ok := r.conns.Get(nodeID); ok {
+		return structs.NodeConnResponse{Connected: true, Established: c.Established.UnixNano()}
+	}
+	return structs.NodeConnResponse{}
+}
+
+// Call invokes method on the client agent of nodeID, whose handler has the
+// same name. routing marks a call that already took its one hop; such a
+// call is delivered only over a local session.
+func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *structs.NodeRouting, args, reply any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, NodeCallTimeout)
+		defer cancel()
+	}
+	if c, ok := r.conns.Get(nodeID); ok {
+		return c.Client.Call(ctx, method, args, reply)
+	}
+	if routing.Forwarded {
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node %q is not connected to this server", nodeID))
+	}
+	addr, err := r.findServer(ctx, nodeID)
+	if err != nil {
+		return err
+	}
+	routing.Forwarded = true
+	defer func() { routing.Forwarded = false }()
+	return r.pool.RPC(ctx, addr, method, args, reply)
+}
+
+// findServer asks every other server whether it holds the node's session
+// and returns the one with the newest.
+func (r *NodeRouter) findServer(ctx context.Context, nodeID string) (string, error) {
+	type answer struct {
+		addr string
+		resp structs.NodeConnResponse
+	}
+	peers := r.peers()
+	answers := make(chan answer, len(peers))
+	for _, addr := range peers {
+		go func(addr string) {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var resp structs.NodeConnResponse
+			if err := r.pool.RPC(actx, addr, "Status.HasNodeConn", &structs.NodeConnRequest{NodeID: nodeID}, &resp); err != nil {
+				resp = structs.NodeConnResponse{}
+			}
+			answers <- answer{addr, resp}
+		}(addr)
+	}
+	best := answer{}
+	for range peers {
+		a := <-answers
+		if a.resp.Connected && a.resp.Established > best.resp.Established {
+			best = a
+		}
+	}
+	if best.addr == "" {
+		return "", structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node %q is not connected to any server", nodeID))
+	}
+	return best.addr, nil
+}
