@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
 )
 
 // DefaultAddress is where the CLI looks for a server without -address or
@@ -30,6 +31,9 @@ type Config struct {
 	Timeout time.Duration
 	Dialer  rpc.Dialer
 	Logger  hclog.Logger
+	// RetryNoLeaderFor bounds how long a call answered no_leader is
+	// retried (0 = 10 s, negative = never).
+	RetryNoLeaderFor time.Duration
 }
 
 // AddressesFromEnv splits a comma-separated list, or CLAIMD_ADDR, or the
@@ -70,6 +74,9 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.RetryNoLeaderFor == 0 {
+		cfg.RetryNoLeaderFor = 10 * time.Second
 	}
 	return &Client{cfg: cfg}, nil
 }
@@ -130,6 +137,28 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// no_leader means the request was not applied: retry it through an
+	// election (the server holds forwarded calls itself; this covers a
+	// leader that lost leadership under the call).
+	wait := 50 * time.Millisecond
+	giveUp := time.Now().Add(c.cfg.RetryNoLeaderFor)
+	for {
+		err := c.callOnce(ctx, method, args, reply)
+		if !errors.Is(err, structs.ErrNoLeader) || time.Now().Add(wait).After(giveUp) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (c *Client) callOnce(ctx context.Context, method string, args, reply any) error {
 	var err error
 	for range len(c.cfg.Addresses) + 1 {
 		var conn *rpc.MuxClient

@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"github.com/claimd/claimd/api"
 	"sort"
 	"testing"
 	"time"
@@ -112,7 +113,12 @@ func TestBootstrapExpect_LoneServerNeverElectsItself(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	_, err := lone.Client().RegisterVolumes(harness.Ctx(t, 20*time.Second), testVolume("v1"))
+	noRetry, err := api.NewClient(api.Config{Addresses: []string{lone.Addr}, RetryNoLeaderFor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noRetry.Close()
+	_, err = noRetry.RegisterVolumes(harness.Ctx(t, 20*time.Second), testVolume("v1"))
 	if !errors.Is(err, structs.ErrNoLeader) {
 		t.Fatalf("write to leaderless server exp: no_leader got: %v", err)
 	}
