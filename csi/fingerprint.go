@@ -25,7 +25,10 @@ type PluginFingerprint struct {
 	HealthDescription string
 
 	// RequiresControllerPublish: volumes must be ControllerPublished before a
-	// node stages them (controller capability PUBLISH_UNPUBLISH_VOLUME).
+	// node stages them. Where the controller runs here (controller and
+	// monolith types) this is its PUBLISH_UNPUBLISH_VOLUME capability; a
+	// node-type plugin cannot be asked that, so for it this is whether the
+	// plugin advertises a controller service at all.
 	RequiresControllerPublish bool
 	// SupportsReadOnlyAttach: ControllerPublish honours readonly.
 	SupportsReadOnlyAttach bool
@@ -69,6 +72,7 @@ func fingerprint(ctx context.Context, c *Client, pc PluginConfig, prev PluginFin
 	if err != nil {
 		return fail(err)
 	}
+	fp.RequiresControllerPublish = pcaps.ControllerService
 	if pc.Type.HasController() {
 		if !pcaps.ControllerService {
 			return fail(fmt.Errorf("plugin %s does not serve the controller service its type %q needs", pc.ID, pc.Type))

@@ -208,10 +208,12 @@ func (m *MountManager) UnmountVolume(ctx context.Context, volID, externalID, all
 		m.logger.Debug("volume still used on this node, not unstaging", "volume", volID, "users", n)
 		return nil
 	}
+	// Forget the stage first: an unstage that fails may have half undone
+	// it, so the next mount must stage again (NodeStage is idempotent).
+	m.setStaged(rec.StagingPath, false)
 	if err := m.cfg.Plugin.NodeUnstageVolume(ctx, externalID, rec.StagingPath); err != nil {
 		return fmt.Errorf("unstage volume %s: %w", volID, err)
 	}
-	m.setStaged(rec.StagingPath, false)
 	removeEmpty(rec.StagingPath, filepath.Dir(rec.StagingPath))
 	m.logger.Debug("volume unmounted", "volume", volID, "alloc", allocID)
 	return nil

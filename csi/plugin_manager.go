@@ -193,7 +193,9 @@ func (m *Manager) loop() {
 func (m *Manager) round(ctx context.Context) {
 	m.roundMu.Lock()
 	defer m.roundMu.Unlock()
-	if ctx.Err() != nil {
+	// m.ctx is checked too: Refresh's context learns of Stop only through
+	// context.AfterFunc, which runs asynchronously.
+	if ctx.Err() != nil || m.ctx.Err() != nil {
 		return
 	}
 

@@ -32,25 +32,34 @@ const usageSuffix = ".usage.json"
 
 func usageFile(targetPath string) string { return targetPath + usageSuffix }
 
-// writeUsage persists a record atomically (temp file, fsync, rename), so a
-// crash leaves either no record or a whole one.
+// writeUsage persists a record atomically (temp file, rename), so a crash
+// of the agent leaves either no record or a whole one. There is no fsync:
+// the record must outlive the agent process, which the page cache ensures,
+// while a machine crash takes the mounts the record protects with it.
 func writeUsage(r usageRecord) error {
-	if err := os.MkdirAll(filepath.Dir(r.TargetPath), 0o755); err != nil {
-		return fmt.Errorf("create publish parent: %w", err)
-	}
 	buf, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(r.TargetPath), ".usage-*")
+	// The parent directories are shared with other volumes of the same
+	// allocation, and an UnmountVolume of one of them may remove them when
+	// they look empty, between our MkdirAll and CreateTemp. Try again then.
+	var f *os.File
+	for attempt := 0; ; attempt++ {
+		if err = os.MkdirAll(filepath.Dir(r.TargetPath), 0o755); err == nil {
+			f, err = os.CreateTemp(filepath.Dir(r.TargetPath), ".usage-*")
+		}
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 4 {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("write usage record: %w", err)
 	}
 	tmp := f.Name()
 	_, werr := f.Write(buf)
-	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("write usage record: %w", err)
 	}

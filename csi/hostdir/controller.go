@@ -1,0 +1,267 @@
+package hostdir
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Publish context keys hostdir returns from ControllerPublishVolume.
+const (
+	PublishContextNode     = "hostdir.claimd.io/node"
+	PublishContextReadOnly = "hostdir.claimd.io/readonly"
+)
+
+type controllerServer struct {
+	csipb.UnimplementedControllerServer
+	p *Plugin
+}
+
+func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	resp := &csipb.ControllerGetCapabilitiesResponse{}
+	for _, t := range []csipb.ControllerServiceCapability_RPC_Type{
+		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+	} {
+		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
+			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
+}
+
+// CreateVolume makes the volume directory. The volume ID is derived from the
+// name, so a repeated call finds the same volume; it is AlreadyExists only
+// when the recorded capacity does not fit the new request.
+func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	if err := required("name", req.GetName()); err != nil {
+		return nil, err
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
+	}
+	for _, vc := range req.GetVolumeCapabilities() {
+		if err := requireCapability(vc); err != nil {
+			return nil, err
+		}
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "volume content sources (snapshots, clones) are not supported")
+	}
+	want, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if want < 0 || limit < 0 || (limit > 0 && want > limit) {
+		return nil, status.Errorf(codes.InvalidArgument, "capacity range required=%d limit=%d is not satisfiable", want, limit)
+	}
+
+	p := s.p
+	id := volumeIDForName(req.GetName())
+	p.ctrlMu.Lock()
+	defer p.ctrlMu.Unlock()
+
+	exists, err := p.store.volumeExists(id)
+	if err != nil {
+		return nil, internal("look up volume", err)
+	}
+	if exists {
+		meta, err := p.store.readMeta(id)
+		if err != nil {
+			return nil, internal("read volume metadata", err)
+		}
+		var capacity int64
+		if meta != nil {
+			capacity = meta.CapacityBytes
+		}
+		if capacity < want || (limit > 0 && capacity > limit) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with capacity %d, outside the requested range [%d, %d]", id, capacity, want, limit)
+		}
+		return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: id, CapacityBytes: capacity}}, nil
+	}
+
+	if err := os.MkdirAll(p.store.volumeDir(id), 0o755); err != nil {
+		return nil, internal("create volume directory", err)
+	}
+	meta := volumeMeta{Name: req.GetName(), CapacityBytes: want, Created: time.Now().UTC()}
+	if err := writeJSON(p.store.metaFile(id), meta); err != nil {
+		_ = os.Remove(p.store.volumeDir(id))
+		return nil, internal("write volume metadata", err)
+	}
+	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: id, CapacityBytes: want}}, nil
+}
+
+// DeleteVolume removes the volume and its data. A volume still attached to
+// a node is refused: deleting it would pull the data from under a workload.
+func (s *controllerServer) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := required("volume_id", id); err != nil {
+		return nil, err
+	}
+	if !validID(id) {
+		return &csipb.DeleteVolumeResponse{}, nil
+	}
+	p := s.p
+	p.ctrlMu.Lock()
+	defer p.ctrlMu.Unlock()
+	unlock, err := p.store.lockAttachments()
+	if err != nil {
+		return nil, internal("lock attachments", err)
+	}
+	defer unlock()
+	att, err := p.store.readAttachments(id)
+	if err != nil {
+		return nil, internal("read attachments", err)
+	}
+	if len(att.Nodes) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached to nodes %v", id, sortedKeys(att.Nodes))
+	}
+	if err := os.RemoveAll(p.store.volumeDir(id)); err != nil {
+		return nil, internal("remove volume", err)
+	}
+	if err := os.Remove(p.store.metaFile(id)); err != nil && !os.IsNotExist(err) {
+		return nil, internal("remove volume metadata", err)
+	}
+	return &csipb.DeleteVolumeResponse{}, nil
+}
+
+// ControllerPublishVolume records that the volume is attached to a node. The
+// record is persisted, so a restarted plugin still refuses a second node for
+// a single-node volume (FailedPrecondition), and the same attach repeated is
+// a success while a different one to the same node is AlreadyExists.
+func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	id, node := req.GetVolumeId(), req.GetNodeId()
+	if err := required("volume_id", id, "node_id", node); err != nil {
+		return nil, err
+	}
+	if req.GetVolumeCapability() == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if err := requireCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	p := s.p
+	if ok, err := p.store.volumeExists(id); err != nil {
+		return nil, internal("look up volume", err)
+	} else if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	if ok, err := p.store.nodeExists(node); err != nil {
+		return nil, internal("look up node", err)
+	} else if !ok {
+		return nil, status.Errorf(codes.NotFound, "node %s not found: no hostdir node plugin has registered it under %s", node, p.cfg.Root)
+	}
+
+	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
+	want := attachment{AccessMode: mode.String(), ReadOnly: req.GetReadonly(), Since: time.Now().UTC()}
+
+	p.ctrlMu.Lock()
+	defer p.ctrlMu.Unlock()
+	unlock, err := p.store.lockAttachments()
+	if err != nil {
+		return nil, internal("lock attachments", err)
+	}
+	defer unlock()
+	att, err := p.store.readAttachments(id)
+	if err != nil {
+		return nil, internal("read attachments", err)
+	}
+	if have, ok := att.Nodes[node]; ok {
+		if have.AccessMode != want.AccessMode || have.ReadOnly != want.ReadOnly {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is attached to node %s as %s readonly=%t, not as %s readonly=%t",
+				id, node, have.AccessMode, have.ReadOnly, want.AccessMode, want.ReadOnly)
+		}
+		return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(node, have.ReadOnly)}, nil
+	}
+	for other, have := range att.Nodes {
+		otherMode := csipb.VolumeCapability_AccessMode_Mode(csipb.VolumeCapability_AccessMode_Mode_value[have.AccessMode])
+		if isSingleNode(mode) || isSingleNode(otherMode) {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is attached to node %s (%s); a single-node volume cannot also attach to node %s",
+				id, other, have.AccessMode, node)
+		}
+		if mode == csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER && !want.ReadOnly && !have.ReadOnly {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s already has a writer on node %s", id, other)
+		}
+	}
+	att.Nodes[node] = want
+	if err := p.store.writeAttachments(id, att); err != nil {
+		return nil, internal("write attachments", err)
+	}
+	return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(node, want.ReadOnly)}, nil
+}
+
+func publishContext(node string, readOnly bool) map[string]string {
+	return map[string]string{PublishContextNode: node, PublishContextReadOnly: strconv.FormatBool(readOnly)}
+}
+
+// ControllerUnpublishVolume forgets an attachment; an empty node ID forgets
+// every node. Unknown volumes and nodes are success, as the spec asks: the
+// volume is certainly not attached there.
+func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+	id, node := req.GetVolumeId(), req.GetNodeId()
+	if err := required("volume_id", id); err != nil {
+		return nil, err
+	}
+	if !validID(id) {
+		return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	}
+	p := s.p
+	p.ctrlMu.Lock()
+	defer p.ctrlMu.Unlock()
+	unlock, err := p.store.lockAttachments()
+	if err != nil {
+		return nil, internal("lock attachments", err)
+	}
+	defer unlock()
+	att, err := p.store.readAttachments(id)
+	if err != nil {
+		return nil, internal("read attachments", err)
+	}
+	if node == "" {
+		clear(att.Nodes)
+	} else {
+		delete(att.Nodes, node)
+	}
+	if err := p.store.writeAttachments(id, att); err != nil {
+		return nil, internal("write attachments", err)
+	}
+	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csipb.ValidateVolumeCapabilitiesRequest) (*csipb.ValidateVolumeCapabilitiesResponse, error) {
+	id := req.GetVolumeId()
+	if err := required("volume_id", id); err != nil {
+		return nil, err
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
+	}
+	if ok, err := s.p.store.volumeExists(id); err != nil {
+		return nil, internal("look up volume", err)
+	} else if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	for _, vc := range req.GetVolumeCapabilities() {
+		if why := checkCapability(vc); why != "" {
+			return &csipb.ValidateVolumeCapabilitiesResponse{Message: why}, nil
+		}
+	}
+	return &csipb.ValidateVolumeCapabilitiesResponse{Confirmed: &csipb.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

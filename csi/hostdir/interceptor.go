@@ -1,0 +1,70 @@
+package hostdir
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// intercept wraps every call: fault injection first (exit, delay, armed
+// failure), then the handler, then one audit line with the outcome.
+func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := methodOf(info.FullMethod)
+	act := p.faults.next(method)
+
+	if act.exit {
+		err := status.Error(codes.Unavailable, "hostdir: exiting as the control file asks")
+		p.record(method, req, err)
+		p.logger.Warn("exiting as the control file asks", "method", method)
+		p.exit()
+		return nil, err
+	}
+
+	var resp any
+	var err error
+	if act.delay > 0 {
+		t := time.NewTimer(act.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			err = status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if err == nil {
+		err = act.fail
+	}
+	if err == nil {
+		resp, err = handler(ctx, req)
+	}
+	p.record(method, req, err)
+	return resp, err
+}
+
+// record writes the audit line for one call.
+func (p *Plugin) record(method string, req any, err error) {
+	e := AuditEntry{Time: time.Now().UTC(), Method: method, Result: "ok"}
+	if r, ok := req.(interface{ GetVolumeId() string }); ok {
+		e.Volume = r.GetVolumeId()
+	}
+	if r, ok := req.(interface{ GetNodeId() string }); ok {
+		e.Node = r.GetNodeId()
+	} else if strings.HasPrefix(method, "Node") {
+		e.Node = p.cfg.NodeID
+	}
+	if r, ok := req.(interface{ GetTargetPath() string }); ok {
+		e.Target = r.GetTargetPath()
+	} else if r, ok := req.(interface{ GetStagingTargetPath() string }); ok {
+		e.Target = r.GetStagingTargetPath()
+	}
+	if err != nil {
+		e.Result = err.Error()
+	}
+	if werr := p.audit.write(e); werr != nil {
+		p.logger.Warn("audit log write failed", "error", werr)
+	}
+}

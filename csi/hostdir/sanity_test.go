@@ -1,0 +1,65 @@
+package hostdir
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+)
+
+// sanityMountEnv, when set, makes TestSanity run the suite itself with that
+// mount method. Ginkgo runs one suite per process and refuses go test's
+// -count, so the test proper re-runs this binary once per mount method.
+const sanityMountEnv = "HOSTDIR_SANITY_MOUNT"
+
+// TestSanity runs the CSI sanity suite of kubernetes-csi/csi-test against
+// the plugin in monolith mode on a real unix socket, once as the plugin
+// runs here (bind mounts when root) and once with symlinks (what it does
+// without root). Specs for capabilities hostdir does not advertise skip
+// themselves.
+func TestSanity(t *testing.T) {
+	if method, ok := os.LookupEnv(sanityMountEnv); ok {
+		runSanity(t, MountMethod(method))
+		return
+	}
+	for _, method := range []MountMethod{MountAuto, MountSymlink} {
+		t.Run(string(method), func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSanity$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), sanityMountEnv+"="+string(method))
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "--- PASS: TestSanity") {
+				t.Fatalf("exp: sanity passes got: %v\n%s", err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, "Passed") {
+					t.Log(strings.TrimSpace(line))
+				}
+			}
+		})
+	}
+}
+
+func runSanity(t *testing.T, method MountMethod) {
+	dir := testutil.TempDir(t)
+	p := mustStartPlugin(t, Config{Root: filepath.Join(dir, "root"), NodeID: "sanity-node", MountMethod: method})
+
+	cfg := sanity.NewTestConfig()
+	cfg.Address = "unix:" + mustSocket(t, p)
+	// Sanity creates these itself and fails if they exist.
+	cfg.TargetPath = filepath.Join(dir, "target")
+	cfg.StagingPath = filepath.Join(dir, "staging")
+
+	// sanity.Test, but with plain output so a failure reads well in go test.
+	sc := sanity.GinkgoTest(&cfg)
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	suite, reporter := ginkgo.GinkgoConfiguration()
+	reporter.NoColor = true
+	ginkgo.RunSpecs(t, "hostdir CSI sanity (mount "+string(p.cfg.MountMethod)+")", suite, reporter)
+	sc.Finalize()
+}

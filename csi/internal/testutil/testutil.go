@@ -1,0 +1,77 @@
+// Package testutil holds helpers shared by the csi and csi/hostdir tests.
+package testutil
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// WaitFor polls check until it returns nil or the timeout passes, then fails
+// the test with the last error. Tests poll instead of sleeping: a fixed
+// sleep is either too long or, on a busy machine, too short.
+func WaitFor(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %v", timeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TempDir is t.TempDir with a cleanup, registered after it and so run
+// before its removal, that detaches every mount left under the directory.
+// A test that fails halfway through a publish must not leave a bind mount
+// behind: RemoveAll would then delete a volume's data through it and fail on
+// the busy mount point.
+func TempDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() { UnmountUnder(t, dir) })
+	return dir
+}
+
+// UnmountUnder lazily unmounts every mount point at or below dir, deepest
+// first.
+func UnmountUnder(t testing.TB, dir string) {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 {
+			p := strings.ReplaceAll(fields[4], `\040`, " ")
+			if p == real || strings.HasPrefix(p, real+"/") {
+				points = append(points, p)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+			t.Logf("cleanup: unmount %s: %v", p, err)
+		} else {
+			t.Logf("cleanup: unmounted leftover mount %s", p)
+		}
+	}
+}
