@@ -176,12 +176,13 @@ func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
 // monolith (controller and node), on a socket in the data dir.
 func startDevPlugin(dataDir, nodeName string, logger hclog.Logger) (*hostdir.Plugin, error) {
 	p, err := hostdir.New(hostdir.Config{
-		Endpoint: "unix://" + filepath.Join(dataDir, "hostdir.sock"),
-		Root:     filepath.Join(dataDir, "hostdir"),
-		NodeID:   nodeName,
-		Mode:     hostdir.ModeMonolith,
-		AuditLog: filepath.Join(dataDir, "hostdir-audit.jsonl"),
-		Logger:   logger.Named("hostdir"),
+		Endpoint:          "unix://" + filepath.Join(dataDir, "hostdir.sock"),
+		Root:              filepath.Join(dataDir, "hostdir"),
+		NodeID:            nodeName,
+		Mode:              hostdir.ModeMonolith,
+		AuditLog:          filepath.Join(dataDir, "hostdir-audit.jsonl"),
+		AutoCreateVolumes: true,
+		Logger:            logger.Named("hostdir"),
 	})
 	if err != nil {
 		return nil, err

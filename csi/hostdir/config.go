@@ -52,6 +52,9 @@ type Config struct {
 	Mode Mode
 	// Name defaults to DefaultName.
 	Name string
+	// AutoCreateVolumes creates a volume's directory the first time any
+	// call names a valid volume ID that does not exist yet.
+	AutoCreateVolumes bool
 	// MaxVolumes is NodeGetInfo's max_volumes_per_node; 0 means no limit.
 	MaxVolumes int64
 	// MountMethod defaults to MountAuto.

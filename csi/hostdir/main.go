@@ -32,6 +32,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		auditLog    = fs.String("audit-log", "", "append one JSON line per call to `FILE`")
 		controlFile = fs.String("control-file", "", "read fault injection from `FILE` on every call")
 		logLevel    = fs.String("log-level", "info", "log level")
+		autoCreate  = fs.Bool("auto-create", false, "create a volume's directory on first use (claimd never calls CreateVolume)")
 	)
 	fs.Var(fail, "fail", "fail the next N calls of METHOD with Unavailable: `METHOD:N` (repeatable)")
 	fs.Var(delay, "delay", "delay every call of METHOD: `METHOD:DURATION` (repeatable)")
@@ -64,17 +65,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Output: stderr,
 	})
 	p, err := New(Config{
-		Endpoint:    *endpoint,
-		Root:        *root,
-		NodeID:      *nodeID,
-		Mode:        Mode(*mode),
-		MountMethod: MountMethod(*mountMethod),
-		MaxVolumes:  *maxVolumes,
-		AuditLog:    *auditLog,
-		ControlFile: *controlFile,
-		Fail:        fail,
-		Delay:       delay,
-		Logger:      logger,
+		Endpoint:          *endpoint,
+		Root:              *root,
+		NodeID:            *nodeID,
+		Mode:              Mode(*mode),
+		MountMethod:       MountMethod(*mountMethod),
+		MaxVolumes:        *maxVolumes,
+		AuditLog:          *auditLog,
+		AutoCreateVolumes: *autoCreate,
+		ControlFile:       *controlFile,
+		Fail:              fail,
+		Delay:             delay,
+		Logger:            logger,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, err)

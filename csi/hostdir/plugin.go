@@ -55,7 +55,7 @@ func New(cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	cfg.Root = root
-	st := store{root: root}
+	st := store{root: root, autoCreate: cfg.AutoCreateVolumes}
 	if err := st.init(); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,10 @@ import (
 // Root sees the same thing.
 type store struct {
 	root string
+	// autoCreate makes any valid volume ID exist on first use, so that
+	// volumes registered with claimd need no CreateVolume (claimd never
+	// calls it). Off by default: the CSI sanity suite expects NotFound.
+	autoCreate bool
 }
 
 func (s store) volumeDir(id string) string { return filepath.Join(s.root, "volumes", id) }
@@ -56,6 +60,12 @@ func (s store) volumeExists(id string) (bool, error) {
 	}
 	fi, err := os.Stat(s.volumeDir(id))
 	if errors.Is(err, fs.ErrNotExist) {
+		if s.autoCreate {
+			if err := os.MkdirAll(s.volumeDir(id), 0o755); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
 		return false, nil
 	}
 	if err != nil {
