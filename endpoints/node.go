@@ -39,6 +39,9 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err != nil {
 		return err
 	}
+	if args.Node.Status != structs.NodeStatusDown {
+		n.srv.Heartbeats().Reset(args.Node.ID)
+	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
 	reply.Servers = voterAddrs(n.srv)
@@ -57,9 +60,24 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	if !args.Status.Valid() {
 		return structs.Invalid("status", fmt.Sprintf("%q is not %q or %q", args.Status, structs.NodeStatusReady, structs.NodeStatusDown))
 	}
-	_, index, err := n.srv.Apply(structs.NodeUpdateStatusRequestType, args)
+	// A heartbeat that changes nothing is not written: only the timer
+	// moves. Nodes heartbeat every few seconds; writing each one to the log
+	// would make idle clusters busy.
+	node, err := n.srv.State().NodeByID(nil, args.NodeID)
 	if err != nil {
 		return err
+	}
+	if node == nil {
+		return structs.NotFound("node", args.NodeID)
+	}
+	index := node.ModifyIndex
+	if node.Status != args.Status {
+		if _, index, err = n.srv.Apply(structs.NodeUpdateStatusRequestType, args); err != nil {
+			return err
+		}
+	}
+	if args.Status == structs.NodeStatusReady {
+		n.srv.Heartbeats().Reset(args.NodeID)
 	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/watcher"
 )
 
 // Server is what the endpoints need from a claimd server. The server package
@@ -41,7 +42,14 @@ type Server interface {
 	HeartbeatTTL() time.Duration
 	// NodeRouter delivers calls to client nodes over their sessions.
 	NodeRouter() *forward.NodeRouter
+	// Watcher is the leader's release worker; Heartbeats its node timers.
+	Watcher() *watcher.Watcher
+	Heartbeats() *watcher.Heartbeats
 }
+
+// NewClientCSI gives the server (and its watcher) the ClientCSI shim
+// without going through RPC.
+func NewClientCSI(srv Server) *ClientCSI { return &ClientCSI{srv: srv} }
 
 // ConnInfo describes the connection a call arrived on: Session is the
 // yamux session for ProtoMux connections, nil otherwise.
@@ -57,6 +65,7 @@ func Register(rs *netrpc.Server, srv Server, conn ConnInfo) error {
 		"Volume":    &Volume{srv: srv},
 		"Node":      &Node{srv: srv, conn: conn},
 		"ClientCSI": &ClientCSI{srv: srv},
+		"System":    &System{srv: srv},
 		"Alloc":     &Alloc{srv: srv},
 		"Plugin":    &Plugin{srv: srv},
 		"Eval":      &Eval{srv: srv},

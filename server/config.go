@@ -35,6 +35,15 @@ type Config struct {
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
 
+	// HeartbeatTTL is how soon client nodes must heartbeat (0 = 10 s).
+	HeartbeatTTL time.Duration
+	// Release tunes the leader's release workers (zero values = defaults).
+	ReleaseWorkers     int
+	ReleaseBackoffBase time.Duration
+	ReleaseBackoffMax  time.Duration
+	// ClaimGCInterval is how often the claim GC runs (0 = 5 min).
+	ClaimGCInterval time.Duration
+
 	Logger hclog.Logger
 	// Dialer is used for every outbound connection (nil = TCP). The test
 	// harness routes dials through partitionable links.

@@ -21,6 +21,7 @@ import (
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/watcher"
 )
 
 // Server is one claimd server.
@@ -38,6 +39,8 @@ type Server struct {
 	pool     *forward.Pool
 	fwd      *forward.Forwarder
 	nodes    *forward.NodeRouter
+	watcher  *watcher.Watcher
+	beats    *watcher.Heartbeats
 
 	// leaderChanged is closed and replaced at every leadership change this
 	// server observes, waking requests held for a leader.
@@ -140,6 +143,13 @@ func New(cfg Config) (*Server, error) {
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers)
 	s.boot = newBootstrapper(s)
 	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
+	s.watcher = watcher.New(watcher.Config{
+		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
+		GCInterval: cfg.ClaimGCInterval, Logger: s.logger,
+	}, s, s, endpoints.NewClientCSI(s))
+	s.beats = watcher.NewHeartbeats(s, s, s.HeartbeatTTL(), s.HeartbeatTTL()/2, s.logger)
+	s.AddLeaderDuty(s.watcher)
+	s.AddLeaderDuty(s.beats)
 
 	observations := make(chan raft.Observation, 16)
 	s.raft.Raft.RegisterObserver(raft.NewObserver(observations, false, func(o *raft.Observation) bool {
@@ -368,5 +378,14 @@ const defaultHeartbeatTTL = 10 * time.Second
 
 // HeartbeatTTL implements endpoints.Server.
 func (s *Server) HeartbeatTTL() time.Duration {
-	return time.Duration(float64(defaultHeartbeatTTL) * s.cfg.RaftMultiplier)
+	if s.cfg.HeartbeatTTL > 0 {
+		return s.cfg.HeartbeatTTL
+	}
+	return defaultHeartbeatTTL
 }
+
+// Watcher implements endpoints.Server.
+func (s *Server) Watcher() *watcher.Watcher { return s.watcher }
+
+// Heartbeats implements endpoints.Server.
+func (s *Server) Heartbeats() *watcher.Heartbeats { return s.beats }

@@ -22,3 +22,51 @@ type NodeListRequest struct {
 type PluginListRequest struct {
 	QueryOptions
 }
+
+// ReleaseStatus is the leader's memory of a volume's release retries. It is
+// not replicated: a new leader starts over (and re-scans every eval).
+type ReleaseStatus struct {
+	Attempts  int
+	LastError string
+	NextTry   time.Time
+}
+
+// SystemGCRequest runs the claim GC now.
+type SystemGCRequest struct {
+	WriteRequest
+}
+
+// SystemGCResponse says how many evals the claim GC created.
+type SystemGCResponse struct {
+	EvalsCreated int
+	WriteMeta
+}
+
+// ReleaseStatusRequest reads the leader's release retry state.
+type ReleaseStatusRequest struct {
+	QueryOptions
+}
+
+// ReleaseStatusResponse maps volume ID to its retry state (only volumes
+// whose release has failed at least once).
+type ReleaseStatusResponse struct {
+	Volumes map[string]ReleaseStatus
+}
+
+// VolumeDetachRequest releases the claims that one node holds on a volume
+// now (the operator's `claimd volume detach VOL NODE`). Force skips the
+// node detach for a node that is gone for good; the skip is recorded on the
+// claims.
+type VolumeDetachRequest struct {
+	VolumeID string
+	NodeID   string
+	Force    bool
+	WriteRequest
+}
+
+// VolumeDetachResponse lists the allocations whose claims were released.
+type VolumeDetachResponse struct {
+	Released []string
+	Forced   []string
+	WriteMeta
+}

@@ -1,0 +1,66 @@
+package endpoints
+
+import (
+	"fmt"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Detach releases every claim one node holds on a volume now, for an
+// operator. Live claims become past claims (their allocations' workloads
+// are assumed gone). With Force, claims that still wait for the node
+// detach are moved past it: the node is gone for good, so nothing can
+// unmount there; the skip is logged and recorded on each claim, and the
+// controller detach still runs.
+func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.VolumeDetachResponse) error {
+	if done, err := v.srv.Forward("Volume.Detach", args, args, reply); done {
+		return err
+	}
+	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {
+		return err
+	}
+	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
+		return err
+	}
+	vol, err := v.srv.State().VolumeByID(nil, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return structs.NotFound("volume", args.VolumeID)
+	}
+	for _, c := range vol.AllClaims() {
+		if c.NodeID != args.NodeID {
+			continue
+		}
+		if c.State == structs.ClaimStateTaken {
+			res, index, err := v.srv.SubmitClaim(&structs.VolumeClaimRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, Release: true})
+			if err == nil {
+				err = res.Err()
+			}
+			if err != nil {
+				return structs.Wrap(err, fmt.Sprintf("release claim of alloc %q", c.AllocID))
+			}
+			reply.Index = index
+			reply.Released = append(reply.Released, c.AllocID)
+			c = c.Copy()
+			c.State = structs.ClaimStateUnpublishing
+		}
+		if args.Force && c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+			v.srv.Logger().Warn("operator forced a claim past its node detach: the node's mounts were not cleaned up",
+				"volume", c.VolumeID, "alloc", c.AllocID, "node", c.NodeID)
+			cp := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID,
+				State: structs.ClaimStateNodeDetached, ExpectedState: c.State, ForcedSkip: true}
+			_, index, err := v.srv.Apply(structs.ClaimCheckpointRequestType, cp)
+			if err != nil {
+				return structs.Wrap(err, fmt.Sprintf("force claim of alloc %q", c.AllocID))
+			}
+			reply.Index = index
+			reply.Forced = append(reply.Forced, c.AllocID)
+		}
+	}
+	if len(reply.Released) == 0 && len(reply.Forced) == 0 {
+		return structs.NewError(structs.CodeNotFound, fmt.Sprintf("node %q holds no claim on volume %q that this could release", args.NodeID, args.VolumeID))
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package endpoints
+
+import (
+	"context"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// System runs cluster-wide maintenance.
+type System struct{ srv Server }
+
+// GarbageCollect runs the claim GC on the leader now. It creates evals for
+// past claims that have none and retries every release at once; it does not
+// wait for any release, so a stuck one never blocks it (seed 2).
+func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.SystemGCResponse) error {
+	if done, err := s.srv.Forward("System.GarbageCollect", args, args, reply); done {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := s.srv.Watcher().RunClaimGC(ctx)
+	reply.EvalsCreated = n
+	return err
+}
+
+// ReleaseStatus returns the leader's retry state of releases: attempts,
+// last error and next try, per volume.
+func (s *System) ReleaseStatus(args *structs.ReleaseStatusRequest, reply *structs.ReleaseStatusResponse) error {
+	if done, err := s.srv.Forward("System.ReleaseStatus", args, args, reply); done {
+		return err
+	}
+	reply.Volumes = s.srv.Watcher().Status()
+	return nil
+}

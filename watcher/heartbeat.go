@@ -1,0 +1,109 @@
+package watcher
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Heartbeats keeps one timer per ready node on the leader. A node whose
+// timer fires is marked down through Raft; the state machine then makes its
+// allocations lost and their claims past. Their release waits for the node
+// to come back (detach needs the node) or for an operator's -force.
+type Heartbeats struct {
+	state  StateSource
+	apply  Applier
+	ttl    time.Duration
+	grace  time.Duration
+	logger hclog.Logger
+
+	mu      sync.Mutex
+	enabled bool
+	timers  map[string]*time.Timer
+	gens    map[string]uint64 // the generation of each node's live timer
+	gen     uint64
+}
+
+// NewHeartbeats makes disabled heartbeat timers. ttl is what nodes are told;
+// grace is added on top, and again at leadership change so that nodes have
+// time to find the new leader before any is marked down.
+func NewHeartbeats(state StateSource, apply Applier, ttl, grace time.Duration, logger hclog.Logger) *Heartbeats {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Heartbeats{state: state, apply: apply, ttl: ttl, grace: grace, logger: logger.Named("heartbeat"), timers: map[string]*time.Timer{}, gens: map[string]uint64{}}
+}
+
+// SetEnabled starts a timer for every ready node (TTL plus twice the grace:
+// the nodes may be looking for the new leader) or stops all timers.
+func (h *Heartbeats) SetEnabled(enabled bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if enabled == h.enabled {
+		return
+	}
+	h.enabled = enabled
+	for _, t := range h.timers {
+		t.Stop()
+	}
+	h.timers = map[string]*time.Timer{}
+	h.gens = map[string]uint64{}
+	if !enabled {
+		return
+	}
+	nodes, err := h.state.State().Nodes(nil)
+	if err != nil {
+		h.logger.Error("reading nodes", "error", err)
+		return
+	}
+	for _, n := range nodes {
+		if n.Status == structs.NodeStatusReady {
+			h.resetLocked(n.ID, h.ttl+2*h.grace)
+		}
+	}
+}
+
+// Reset restarts a node's timer after it heartbeats (leader only).
+func (h *Heartbeats) Reset(nodeID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.enabled {
+		h.resetLocked(nodeID, h.ttl+h.grace)
+	}
+}
+
+func (h *Heartbeats) resetLocked(nodeID string, d time.Duration) {
+	if t, ok := h.timers[nodeID]; ok {
+		t.Stop()
+	}
+	h.gen++
+	gen := h.gen
+	h.timers[nodeID] = time.AfterFunc(d, func() { h.expire(nodeID, gen) })
+	h.gens[nodeID] = gen
+}
+
+// expire marks the node down, unless the timer that fired was replaced by
+// a heartbeat that raced with it.
+func (h *Heartbeats) expire(nodeID string, gen uint64) {
+	h.mu.Lock()
+	if !h.enabled || h.gens[nodeID] != gen {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.timers, nodeID)
+	delete(h.gens, nodeID)
+	h.mu.Unlock()
+	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
+	req := &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: structs.NodeStatusDown}
+	if _, _, err := h.apply.Apply(structs.NodeUpdateStatusRequestType, req); err != nil {
+		h.logger.Error("marking node down failed; will retry", "node", nodeID, "error", err)
+		h.mu.Lock()
+		if h.enabled {
+			h.resetLocked(nodeID, h.grace)
+		}
+		h.mu.Unlock()
+	}
+}

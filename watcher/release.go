@@ -1,0 +1,164 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// permanentError ends the retries of a volume's evals: they are marked
+// failed with the reason.
+type permanentError struct{ reason string }
+
+func (e *permanentError) Error() string { return e.reason }
+
+// releaseVolume moves every past claim of one volume as far as it can go
+// in one pass: node detach, then controller detach, then free. It returns
+// nil when the volume has no past claims left. Each step is a checkpoint
+// with the state it expects, so a step that another leader already took is
+// refused (conflict) rather than repeated, and the next pass re-reads.
+func (w *Watcher) releaseVolume(volID string) error {
+	state := w.state.State()
+	vol, err := state.VolumeByID(nil, volID)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return &permanentError{reason: fmt.Sprintf("volume %q was deregistered; nothing can be released", volID)}
+	}
+	if len(vol.PastClaims) == 0 {
+		return nil
+	}
+	var errs []error
+
+	// 1. Node detach every claim still unpublishing (S3: before any
+	// controller detach of the same claim).
+	for _, c := range sortedPast(vol) {
+		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
+			continue
+		}
+		if err := w.nodeDetach(vol, c); err != nil {
+			errs = append(errs, fmt.Errorf("alloc %s on node %s: node detach: %w", c.AllocID, c.NodeID, err))
+			continue
+		}
+		if err := w.checkpoint(c, structs.ClaimStateNodeDetached); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	// 2. Controller detach the node-detached claims; 3. free them.
+	if vol, err = state.VolumeByID(nil, volID); err != nil || vol == nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, c := range sortedPast(vol) {
+		if c.State == structs.ClaimStateNodeDetached {
+			if err := w.controllerDetach(vol, c); err != nil {
+				errs = append(errs, fmt.Errorf("alloc %s on node %s: controller detach: %w", c.AllocID, c.NodeID, err))
+				continue
+			}
+			if err := w.checkpoint(c, structs.ClaimStateControllerDetached); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c = c.Copy()
+			c.State = structs.ClaimStateControllerDetached
+		}
+		if c.State == structs.ClaimStateControllerDetached {
+			if err := w.checkpoint(c, structs.ClaimStateFreed); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if vol, err = state.VolumeByID(nil, volID); err != nil {
+		return err
+	}
+	if vol != nil && len(vol.PastClaims) > 0 {
+		return fmt.Errorf("%d past claims remain", len(vol.PastClaims))
+	}
+	return nil
+}
+
+func sortedPast(v *structs.Volume) []*structs.Claim {
+	out := make([]*structs.Claim, 0, len(v.PastClaims))
+	for _, id := range structs.SortedKeys(v.PastClaims) {
+		out = append(out, v.PastClaims[id])
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].AllocID < out[j].AllocID })
+	return out
+}
+
+// nodeDetach asks the claim's node to unpublish (and unstage when no other
+// allocation there uses the volume). A node that is down or gone cannot
+// unmount, and detaching its controller attachment anyway risks corrupting
+// data, so the claim waits for the node (or for an operator's -force).
+func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) error {
+	node, err := w.state.State().NodeByID(nil, c.NodeID)
+	if err != nil {
+		return err
+	}
+	if node == nil {
+		return fmt.Errorf("node %s is deregistered; waiting (an operator can run `claimd volume detach -force %s %s`)", c.NodeID, vol.ID, c.NodeID)
+	}
+	if node.Status != structs.NodeStatusReady {
+		return fmt.Errorf("node %s is %s; waiting for it to come back", c.NodeID, node.Status)
+	}
+	req := &structs.ClientCSINodeDetachRequest{
+		NodeID: c.NodeID, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID,
+		AllocID: c.AllocID, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
+		ReadOnly: c.Mode == structs.ClaimModeRead,
+	}
+	return w.csi.NodeDetachVolume(req, &structs.ClientCSINodeDetachResponse{})
+}
+
+// controllerDetach unpublishes the volume from the claim's node, unless
+// the plugin needs no controller or the node still needs the attachment
+// for another claim (S4).
+func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error {
+	plug, err := w.state.State().PluginByID(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	for _, other := range vol.AllClaims() {
+		if other.AllocID == c.AllocID || other.NodeID != c.NodeID {
+			continue
+		}
+		if other.State == structs.ClaimStateTaken {
+			w.logger.Debug("skipping controller detach: another live claim on the node uses the volume",
+				"volume", vol.ID, "node", c.NodeID, "alloc", c.AllocID, "other", other.AllocID)
+			return nil
+		}
+		if other.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+			return fmt.Errorf("waiting for alloc %s on the same node to be node-detached first", other.AllocID)
+		}
+	}
+	if plug == nil {
+		return fmt.Errorf("plugin %q has no instances; waiting for a controller", vol.PluginID)
+	}
+	if !plug.ControllerRequired {
+		return nil
+	}
+	unlock := w.lockPlugin(vol.PluginID)
+	defer unlock()
+	req := &structs.ClientCSIControllerDetachRequest{
+		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
+		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: c.ExternalNodeID,
+		Secrets: vol.Secrets,
+	}
+	return w.csi.ControllerDetachVolume(req, &structs.ClientCSIControllerDetachResponse{})
+}
+
+// checkpoint records that a claim reached state, as a compare-and-set on
+// the state the worker saw.
+func (w *Watcher) checkpoint(c *structs.Claim, state structs.ClaimState) error {
+	req := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, State: state, ExpectedState: c.State}
+	if _, _, err := w.apply.Apply(structs.ClaimCheckpointRequestType, req); err != nil {
+		return fmt.Errorf("checkpoint %s/%s %s→%s: %w", c.VolumeID, c.AllocID, c.State, state, err)
+	}
+	w.logger.Debug("claim checkpoint", "volume", c.VolumeID, "alloc", c.AllocID, "from", c.State, "to", state)
+	return nil
+}

@@ -1,0 +1,341 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Defaults. Backoff from 1 s doubling to 1 min: a plugin restart takes
+// seconds, an outage can take hours, and at 1 min a thousand stuck volumes
+// cost under 20 RPCs a second.
+const (
+	DefaultWorkers     = 8
+	DefaultBackoffBase = time.Second
+	DefaultBackoffMax  = time.Minute
+	DefaultGCInterval  = 5 * time.Minute
+)
+
+// Config configures a Watcher.
+type Config struct {
+	Workers     int
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// GCInterval is how often the claim GC looks for past claims with no
+	// pending eval.
+	GCInterval time.Duration
+	Logger     hclog.Logger
+}
+
+// Watcher releases past claims. It runs only while enabled (on the leader).
+type Watcher struct {
+	cfg    Config
+	logger hclog.Logger
+	state  StateSource
+	apply  Applier
+	csi    CSI
+
+	pluginMu    sync.Mutex
+	pluginLocks map[string]*sync.Mutex
+
+	mu      sync.Mutex
+	enabled bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	vols    map[string]*volumeWork
+	ready   []string      // volumes waiting for a worker, FIFO
+	kick    chan struct{} // wakes a worker when ready grows
+	gcNow   chan chan int // claim GC requests; the reply is evals created
+}
+
+// volumeWork is the leader's memory of one volume's release.
+type volumeWork struct {
+	queued, running, dirty bool
+	status                 structs.ReleaseStatus
+	timer                  *time.Timer
+}
+
+// New makes a disabled watcher.
+func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = DefaultGCInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Watcher{
+		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi,
+		pluginLocks: map[string]*sync.Mutex{},
+	}
+}
+
+// SetEnabled starts the workers (re-scanning every pending eval) or stops
+// them and forgets the retry state. Called by the server's leadership loop.
+func (w *Watcher) SetEnabled(enabled bool) {
+	w.mu.Lock()
+	if enabled == w.enabled {
+		w.mu.Unlock()
+		return
+	}
+	w.enabled = enabled
+	if !enabled {
+		w.cancel()
+		for _, v := range w.vols {
+			if v.timer != nil {
+				v.timer.Stop()
+			}
+		}
+		w.mu.Unlock()
+		w.wg.Wait()
+		w.logger.Info("release workers stopped")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	w.vols = map[string]*volumeWork{}
+	w.ready = nil
+	w.kick = make(chan struct{}, 1)
+	w.gcNow = make(chan chan int)
+	for i := 0; i < w.cfg.Workers; i++ {
+		w.goFunc(func() { w.worker(ctx) })
+	}
+	w.goFunc(func() { w.watchEvals(ctx) })
+	w.goFunc(func() { w.claimGCLoop(ctx) })
+	w.mu.Unlock()
+	w.logger.Info("release workers started", "workers", w.cfg.Workers)
+}
+
+func (w *Watcher) goFunc(f func()) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		f()
+	}()
+}
+
+// Status returns the retry state of volumes being released (leader only;
+// empty when disabled).
+func (w *Watcher) Status() map[string]structs.ReleaseStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]structs.ReleaseStatus, len(w.vols))
+	for id, v := range w.vols {
+		if v.status.Attempts > 0 {
+			out[id] = v.status
+		}
+	}
+	return out
+}
+
+// enqueue schedules a volume. force skips a pending backoff (an operator
+// asked); otherwise a volume in backoff waits for its timer, so that a
+// burst of unrelated changes cannot turn retries into a hot loop.
+func (w *Watcher) enqueue(volID string, force bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.enabled {
+		return
+	}
+	v := w.vols[volID]
+	if v == nil {
+		v = &volumeWork{}
+		w.vols[volID] = v
+	}
+	switch {
+	case v.running:
+		v.dirty = true
+		return
+	case v.queued:
+		return
+	case v.timer != nil && !force:
+		return
+	}
+	if v.timer != nil {
+		v.timer.Stop()
+		v.timer = nil
+	}
+	v.queued = true
+	w.ready = append(w.ready, volID)
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) next(ctx context.Context) (string, bool) {
+	for {
+		w.mu.Lock()
+		if len(w.ready) > 0 {
+			id := w.ready[0]
+			w.ready = w.ready[1:]
+			v := w.vols[id]
+			v.queued, v.running, v.dirty = false, true, false
+			more := len(w.ready) > 0
+			w.mu.Unlock()
+			if more {
+				select {
+				case w.kick <- struct{}{}:
+				default:
+				}
+			}
+			return id, true
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.kick:
+		case <-ctx.Done():
+			return "", false
+		}
+	}
+}
+
+func (w *Watcher) worker(ctx context.Context) {
+	for {
+		volID, ok := w.next(ctx)
+		if !ok {
+			return
+		}
+		err := w.releaseVolume(volID)
+		if err == nil {
+			err = w.completeEvals(volID, structs.EvalStatusComplete, "")
+		}
+		var perm *permanentError
+		if errors.As(err, &perm) {
+			w.logger.Warn("release failed permanently", "volume", volID, "reason", perm.reason)
+			err = w.completeEvals(volID, structs.EvalStatusFailed, perm.reason)
+		}
+		w.finish(ctx, volID, err)
+	}
+}
+
+// finish records the outcome: forget a volume that is done, or schedule a
+// retry with capped exponential backoff and full jitter.
+func (w *Watcher) finish(ctx context.Context, volID string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v := w.vols[volID]
+	if v == nil {
+		return
+	}
+	v.running = false
+	if ctx.Err() != nil {
+		return
+	}
+	if err == nil {
+		if v.dirty {
+			v.queued = true
+			w.ready = append(w.ready, volID)
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
+			return
+		}
+		if v.status.Attempts > 0 {
+			w.logger.Info("volume released after retries", "volume", volID, "attempts", v.status.Attempts+1)
+		}
+		delete(w.vols, volID)
+		return
+	}
+	v.status.Attempts++
+	v.status.LastError = err.Error()
+	delay := w.backoff(v.status.Attempts)
+	v.status.NextTry = time.Now().Add(delay)
+	w.logger.Warn("release failed; will retry", "volume", volID, "attempt", v.status.Attempts, "retry_in", delay, "error", err)
+	v.timer = time.AfterFunc(delay, func() {
+		w.mu.Lock()
+		if cur := w.vols[volID]; cur == v {
+			v.timer = nil
+		}
+		w.mu.Unlock()
+		w.enqueue(volID, false)
+	})
+}
+
+func (w *Watcher) backoff(attempt int) time.Duration {
+	d := w.cfg.BackoffBase
+	for i := 1; i < attempt && d < w.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.BackoffMax)
+	// Full jitter over the upper half keeps retries spread but never
+	// shorter than half the step.
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// completeEvals ends every pending eval of a volume.
+func (w *Watcher) completeEvals(volID string, status structs.EvalStatus, desc string) error {
+	evals, err := w.state.State().EvalsByVolume(nil, volID)
+	if err != nil {
+		return err
+	}
+	for _, e := range evals {
+		if e.Status != structs.EvalStatusPending {
+			continue
+		}
+		req := &structs.EvalCompleteRequest{EvalID: e.ID, Status: status, StatusDescription: desc}
+		if _, _, err := w.apply.Apply(structs.EvalCompleteRequestType, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockPlugin serialises destructive controller calls per plugin.
+func (w *Watcher) lockPlugin(pluginID string) func() {
+	w.pluginMu.Lock()
+	m := w.pluginLocks[pluginID]
+	if m == nil {
+		m = &sync.Mutex{}
+		w.pluginLocks[pluginID] = m
+	}
+	w.pluginMu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// watchEvals enqueues the volume of every pending eval now and whenever the
+// pending set changes.
+func (w *Watcher) watchEvals(ctx context.Context) {
+	for {
+		state := w.state.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(state.AbandonCh())
+		evals, err := state.EvalsByStatus(ws, structs.EvalStatusPending)
+		if err != nil {
+			w.logger.Error("reading pending evals", "error", err)
+		}
+		vols := map[string]bool{}
+		for _, e := range evals {
+			vols[e.VolumeID] = true
+		}
+		ids := make([]string, 0, len(vols))
+		for id := range vols {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			w.enqueue(id, false)
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return
+		}
+	}
+}
