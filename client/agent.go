@@ -170,9 +170,13 @@ func (a *Agent) node() *structs.Node {
 		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
 	}
 	for _, fp := range a.plugins.Fingerprints() {
+		// Node instances report RequiresControllerPlugin too: the plugin
+		// table derives it from every instance, so losing all controllers
+		// must not make claims look like they need no ControllerPublish.
 		info := &structs.CSIInfo{
 			PluginID: fp.ID, Healthy: fp.Healthy, HealthDescription: fp.HealthDescription,
 			Provider: fp.Name, ProviderVersion: fp.Version,
+			RequiresControllerPlugin: fp.RequiresControllerPublish,
 		}
 		if fp.Type.HasNode() {
 			ni := *info
@@ -182,7 +186,6 @@ func (a *Agent) node() *structs.Node {
 		}
 		if fp.Type.HasController() {
 			ci := *info
-			ci.RequiresControllerPlugin = fp.RequiresControllerPublish
 			n.CSIControllerPlugins[fp.ID] = &ci
 		}
 	}

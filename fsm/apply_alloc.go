@@ -23,7 +23,7 @@ func applyAllocPlace(tx *txn, req *structs.AllocPlaceRequest) (any, error) {
 	for i, in := range req.Allocs {
 		field := fmt.Sprintf("allocs[%d]", i)
 		if err := in.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+			return nil, itemError("allocs", i, err)
 		}
 		if seen[in.ID] {
 			return nil, structs.Invalid(field+".id", fmt.Sprintf("%q is given twice", in.ID))

@@ -63,7 +63,13 @@ func (h *harness) mustRefuse(mt structs.MessageType, req any, code structs.Error
 	return err
 }
 
-func mustSnapshotBytes(t testing.TB, f *FSM) []byte {
+// fataler is what both *testing.T and *rapid.T offer.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func mustSnapshotBytes(t fataler, f *FSM) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	snap := newSnapshot(f.State())

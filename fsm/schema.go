@@ -45,7 +45,7 @@ func schema() *memdb.DBSchema {
 	}
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 		TableIndexes: {Name: TableIndexes, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
-		TableNodes: {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
+		TableNodes:   {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
 		TablePlugins: {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{
 			indexID: id("ID"),
 		}},

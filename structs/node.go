@@ -25,7 +25,11 @@ type CSIInfo struct {
 	ProviderVersion   string `json:"provider_version,omitempty"`
 	// RequiresControllerPlugin is true when the plugin advertises the
 	// controller service with publish/unpublish: claims then need a healthy
-	// controller somewhere in the cluster.
+	// controller somewhere in the cluster. Node fingerprints must report it
+	// too (GetPluginCapabilities answers the same on every instance): the
+	// requirement is derived from the instances, and if only controllers
+	// said so, losing every controller would make claims look schedulable
+	// without a ControllerPublish.
 	RequiresControllerPlugin bool `json:"requires_controller_plugin,omitempty"`
 	// ExternalNodeID is the node plugin's NodeGetInfo node ID (node
 	// fingerprints only); it becomes Claim.ExternalNodeID.

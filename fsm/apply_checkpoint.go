@@ -1,0 +1,101 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func init() {
+	registerCommand(structs.ClaimCheckpointRequestType, applyClaimCheckpoint)
+}
+
+// applyClaimCheckpoint moves a claim along taken → unpublishing →
+// node-detached → controller-detached → freed. Each step is its own entry
+// so a new leader resumes a release exactly where the old one stopped
+// (DESIGN.md section 5); the rules below are what make that safe:
+//
+//   - only forward (S7): an earlier state is refused, the same state is a
+//     no-op so a retried checkpoint is harmless;
+//   - ExpectedState turns it into compare-and-set;
+//   - passing over node-detached without having been there needs
+//     ForcedSkip and is recorded on the claim (S3's one exception);
+//   - a live claim moves only to unpublishing (a release) unless forced,
+//     and becomes a past claim with a pending eval, exactly as by a
+//     release;
+//   - freed deletes the claim and, when it was the last, resets the
+//     volume's current modes.
+func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	old := getVolume(tx, req.VolumeID)
+	if old == nil {
+		return nil, structs.NotFound("volume", req.VolumeID)
+	}
+	c := old.Claim(req.AllocID)
+	if c == nil {
+		return nil, structs.NotFound("claim", req.VolumeID+"/"+req.AllocID)
+	}
+	name := fmt.Sprintf("claim %s/%s", req.VolumeID, req.AllocID)
+	if req.ExpectedState != "" && c.State != req.ExpectedState {
+		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf("%s is %s, expected %s", name, c.State, req.ExpectedState))
+	}
+	cur, next := c.State.Rank(), req.State.Rank()
+	switch {
+	case next < cur:
+		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+			"%s is %s: a checkpoint to %s would move it backwards", name, c.State, req.State))
+	case next == cur:
+		if req.State != structs.ClaimStateTaken || len(req.PublishContext) == 0 ||
+			maps.Equal(c.PublishContext, req.PublishContext) {
+			return &structs.ClaimCheckpointResponse{Claim: c.Copy()}, nil
+		}
+		v := cowVolume(old, tx.index)
+		nc := c.Copy()
+		nc.PublishContext = maps.Clone(req.PublishContext)
+		nc.ModifyIndex = tx.index
+		if nc.Mode == structs.ClaimModeWrite {
+			v.WriteClaims[nc.AllocID] = nc
+		} else {
+			v.ReadClaims[nc.AllocID] = nc
+		}
+		tx.put(TableVolumes, v)
+		return &structs.ClaimCheckpointResponse{Claim: nc.Copy()}, nil
+	}
+
+	detached := structs.ClaimStateNodeDetached.Rank()
+	skipsNodeDetach := cur < detached && next > detached
+	if skipsNodeDetach && !req.ForcedSkip {
+		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+			"%s is %s: it must be node-detached before %s, or forced", name, c.State, req.State))
+	}
+	// A live claim belongs to an alloc that may be running: releasing it
+	// (unpublishing) is the only step anyone but an operator may take.
+	if c.State == structs.ClaimStateTaken && req.State != structs.ClaimStateUnpublishing && !req.ForcedSkip {
+		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+			"%s is live: only a release (unpublishing) may move it without force", name))
+	}
+
+	v := cowVolume(old, tx.index)
+	live := v.LiveClaim(req.AllocID) != nil
+	delete(v.ReadClaims, req.AllocID)
+	delete(v.WriteClaims, req.AllocID)
+	delete(v.PastClaims, req.AllocID)
+	var out *structs.Claim
+	if req.State != structs.ClaimStateFreed {
+		out = c.Copy()
+		out.State = req.State
+		out.ForcedSkip = out.ForcedSkip || req.ForcedSkip
+		out.NodeDetachSkipped = out.NodeDetachSkipped || skipsNodeDetach
+		out.ModifyIndex = tx.index
+		v.PastClaims = putClaim(v.PastClaims, out)
+	}
+	tidyClaims(v)
+	tx.put(TableVolumes, v)
+	if live && out != nil {
+		ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
+	}
+	return &structs.ClaimCheckpointResponse{Claim: out.Copy()}, nil
+}

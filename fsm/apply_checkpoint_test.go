@@ -1,0 +1,173 @@
+package fsm
+
+import (
+	"errors"
+	"maps"
+	"testing"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func mustCheckpoint(t *testing.T, h *harness, req *structs.ClaimCheckpointRequest) *structs.Claim {
+	t.Helper()
+	resp := h.checkpoint(req)
+	cr, ok := resp.(*structs.ClaimCheckpointResponse)
+	if !ok {
+		t.Fatalf("checkpoint %s: exp: *ClaimCheckpointResponse got: %v", req.State, resp)
+	}
+	return cr.Claim
+}
+
+func TestCheckpoint_ForwardToFreedResetsModes(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.release("v1", "a1")
+	for _, st := range []structs.ClaimState{structs.ClaimStateNodeDetached, structs.ClaimStateControllerDetached} {
+		c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: st})
+		if c.State != st || c.ModifyIndex != h.index || c.NodeDetachSkipped {
+			t.Fatalf("exp: %s at %d got: %+v", st, h.index, c)
+		}
+	}
+	if v := h.volume("v1"); v.CurrentAccessMode != structs.AccessModeSingleNodeWriter {
+		t.Fatalf("exp: current modes kept while a past claim remains got: %q", v.CurrentAccessMode)
+	}
+	if c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed}); c != nil {
+		t.Fatalf("freed: exp: no claim got: %+v", c)
+	}
+	v := h.volume("v1")
+	if v.HasClaims() || v.CurrentAccessMode != "" || v.CurrentAttachmentMode != "" || v.PastClaims != nil {
+		t.Fatalf("exp: no claims, current modes reset got: %+v", v)
+	}
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed}, structs.CodeNotFound)
+	// The eval is still pending until the watcher completes it.
+	evals, _ := h.f.State().EvalsByVolume(nil, "v1")
+	if len(evals) != 1 || evals[0].Status != structs.EvalStatusPending {
+		t.Fatalf("exp: eval pending until completed got: %+v", evals)
+	}
+	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: evals[0].ID, Status: structs.EvalStatusComplete})
+}
+
+func TestCheckpoint_OnlyForward(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.release("v1", "a1")
+	mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached})
+	for _, back := range []structs.ClaimState{structs.ClaimStateTaken, structs.ClaimStateUnpublishing} {
+		h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+			VolumeID: "v1", AllocID: "a1", State: back}, structs.CodeConflict)
+	}
+	// The same state again is a harmless no-op (a retried checkpoint).
+	idx := h.volume("v1").ModifyIndex
+	mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached})
+	if got := h.volume("v1").ModifyIndex; got != idx {
+		t.Fatalf("same-state checkpoint: exp: unchanged at %d got: %d", idx, got)
+	}
+	// Compare-and-set.
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateControllerDetached, ExpectedState: structs.ClaimStateUnpublishing}, structs.CodeConflict)
+	mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateControllerDetached, ExpectedState: structs.ClaimStateNodeDetached})
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "v1", AllocID: "a1", State: "sideways"}, structs.CodeInvalid)
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "nope", AllocID: "a1", State: structs.ClaimStateFreed}, structs.CodeNotFound)
+}
+
+// TestCheckpoint_SkippingNodeDetachNeedsForce is S3's exception: a claim
+// reaches controller-detached or freed without node detach only by force,
+// and the claim says so.
+func TestCheckpoint_SkippingNodeDetachNeedsForce(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.release("v1", "a1")
+	for _, st := range []structs.ClaimState{structs.ClaimStateControllerDetached, structs.ClaimStateFreed} {
+		h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+			VolumeID: "v1", AllocID: "a1", State: st}, structs.CodeConflict)
+	}
+	c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateControllerDetached, ForcedSkip: true})
+	if !c.ForcedSkip || !c.NodeDetachSkipped {
+		t.Fatalf("exp: forced skip recorded got: %+v", c)
+	}
+	// From node-detached, freeing without a controller detach is allowed:
+	// the watcher skips it when no controller is needed.
+	h2 := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h2.release("v1", "a1")
+	mustCheckpoint(t, h2, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached})
+	mustCheckpoint(t, h2, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed})
+}
+
+func TestCheckpoint_LiveClaimMovesToPastWithEval(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached}, structs.CodeConflict)
+	c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateUnpublishing})
+	if c.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("exp: unpublishing got: %+v", c)
+	}
+	if v := h.volume("v1"); v.PastClaims["a1"] == nil || v.LiveClaim("a1") != nil {
+		t.Fatalf("exp: claim moved to past got: %+v", v.AllClaims())
+	}
+	if evals, _ := h.f.State().EvalsByStatus(nil, structs.EvalStatusPending); len(evals) != 1 {
+		t.Fatalf("exp: one pending eval got: %+v", evals)
+	}
+}
+
+func TestCheckpoint_PublishContext(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	pc := map[string]string{"device": "/dev/xvdb"}
+	c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateTaken, ExpectedState: structs.ClaimStateTaken, PublishContext: pc})
+	if !maps.Equal(c.PublishContext, pc) || c.ModifyIndex != h.index {
+		t.Fatalf("exp: publish context %v at %d got: %+v", pc, h.index, c)
+	}
+	if got := h.volume("v1").WriteClaims["a1"].PublishContext; !maps.Equal(got, pc) {
+		t.Fatalf("stored: exp: %v got: %v", pc, got)
+	}
+	// The re-claim returns it, so a restarted client can stage without a
+	// second ControllerPublish.
+	r := h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	if r.New || !maps.Equal(r.Claim.PublishContext, pc) {
+		t.Fatalf("re-claim: exp: not new, with publish context got: %+v", r)
+	}
+	h.release("v1", "a1")
+	if c := h.volume("v1").PastClaims["a1"]; !maps.Equal(c.PublishContext, pc) {
+		t.Fatalf("past claim: exp: publish context kept for unpublish got: %+v", c)
+	}
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateNodeDetached, PublishContext: pc}, structs.CodeInvalid)
+}
+
+func TestEvals_UpsertAndComplete(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.mustApply(structs.EvalUpsertRequestType, &structs.EvalUpsertRequest{Evals: []*structs.Eval{
+		{ID: "e-gone", Type: structs.EvalTypeVolumeClaimGC, VolumeID: "gone"},
+		{ID: "e-idle", Type: structs.EvalTypeVolumeClaimGC, VolumeID: "v1"},
+	}})
+	for _, id := range []string{"e-gone", "e-idle"} {
+		if e, _ := h.f.State().EvalByID(nil, id); e == nil || e.Status != structs.EvalStatusComplete {
+			t.Fatalf("%s: exp: complete at once got: %+v", id, e)
+		}
+	}
+	h.mustRefuse(structs.EvalUpsertRequestType, &structs.EvalUpsertRequest{Evals: []*structs.Eval{
+		{ID: "e-idle", Type: structs.EvalTypeVolumeClaimGC, VolumeID: "v1", Status: structs.EvalStatusPending}}}, structs.CodeConflict)
+	h.mustRefuse(structs.EvalUpsertRequestType, &structs.EvalUpsertRequest{Evals: []*structs.Eval{
+		{ID: "e-x", Type: "other", VolumeID: "v1"}}}, structs.CodeInvalid)
+
+	h.clientUpdate("a1", structs.AllocClientComplete)
+	evals, _ := h.f.State().EvalsByStatus(nil, structs.EvalStatusPending)
+	if len(evals) != 1 {
+		t.Fatalf("exp: one pending eval got: %+v", evals)
+	}
+	id := evals[0].ID
+	err := h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusComplete}, structs.CodeConflict)
+	if !errors.Is(err, structs.ErrConflict) {
+		t.Fatalf("exp: conflict got: %v", err)
+	}
+	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusPending}, structs.CodeInvalid)
+	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: "nope", Status: structs.EvalStatusFailed}, structs.CodeNotFound)
+	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusFailed, StatusDescription: "plugin said no"})
+	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusFailed})
+	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusComplete}, structs.CodeConflict)
+	if e, _ := h.f.State().EvalByID(nil, id); e.StatusDescription != "plugin said no" {
+		t.Fatalf("exp: permanent error shown on the eval got: %+v", e)
+	}
+}

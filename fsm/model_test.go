@@ -1,0 +1,347 @@
+package fsm
+
+import (
+	"slices"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// model is a small, deliberately naive reference for the state machine:
+// plain maps, no copying discipline, no memdb. The property test applies
+// every command to both and demands the same outcome and the same claims,
+// allocs and evals. It mirrors the documented rules and their order of
+// checks; where the two disagree, one of them is wrong.
+type model struct {
+	vols   map[string]structs.AccessMode
+	nodes  map[string]*mNode
+	allocs map[string]*mAlloc
+	claims map[string]map[string]*mClaim // volume → alloc → claim
+	evals  map[string]*mEval
+}
+
+type mNode struct {
+	ready, healthy bool
+}
+
+type mAlloc struct {
+	node     string
+	vols     []*structs.AllocVolumeRequest
+	stopping bool
+	status   structs.AllocClientStatus
+}
+
+func (a *mAlloc) terminal() bool { return a.status.Terminal() }
+
+func (a *mAlloc) request(vol string) *structs.AllocVolumeRequest {
+	for _, r := range a.vols {
+		if r.VolumeID == vol {
+			return r
+		}
+	}
+	return nil
+}
+
+type mClaim struct {
+	node  string
+	mode  structs.ClaimMode
+	state structs.ClaimState
+}
+
+func (c *mClaim) past() bool { return c.state != structs.ClaimStateTaken }
+
+type mEval struct {
+	vol    string
+	status structs.EvalStatus
+}
+
+func newModel() *model {
+	return &model{
+		vols: map[string]structs.AccessMode{}, nodes: map[string]*mNode{},
+		allocs: map[string]*mAlloc{}, claims: map[string]map[string]*mClaim{}, evals: map[string]*mEval{},
+	}
+}
+
+// ok is the outcome code of an accepted request.
+const okCode structs.ErrorCode = ""
+
+func (m *model) registerVolume(id string, mode structs.AccessMode) structs.ErrorCode {
+	if old, exists := m.vols[id]; exists && len(m.claims[id]) > 0 && old != mode {
+		return structs.CodeConflict
+	}
+	m.vols[id] = mode
+	return okCode
+}
+
+func (m *model) deregisterVolume(id string, force bool) structs.ErrorCode {
+	if _, ok := m.vols[id]; !ok {
+		return structs.CodeNotFound
+	}
+	if len(m.claims[id]) > 0 {
+		if !force {
+			return structs.CodeConflict
+		}
+		for aid := range m.claims[id] {
+			if a := m.allocs[aid]; a != nil && !a.terminal() {
+				return structs.CodeConflict
+			}
+		}
+	}
+	delete(m.vols, id)
+	delete(m.claims, id)
+	for _, e := range m.evals {
+		if e.vol == id && e.status == structs.EvalStatusPending {
+			e.status = structs.EvalStatusComplete
+		}
+	}
+	return okCode
+}
+
+func (m *model) registerNode(id string, healthy bool) structs.ErrorCode {
+	n := m.nodes[id]
+	if n == nil {
+		n = &mNode{}
+		m.nodes[id] = n
+	}
+	n.ready, n.healthy = true, healthy
+	return okCode
+}
+
+func (m *model) nodeDown(id string, index uint64) structs.ErrorCode {
+	n := m.nodes[id]
+	if n == nil {
+		return structs.CodeNotFound
+	}
+	if n.ready {
+		n.ready = false
+		m.loseAllocs(id, index)
+	}
+	return okCode
+}
+
+func (m *model) deregisterNode(id string, index uint64) structs.ErrorCode {
+	if m.nodes[id] == nil {
+		return structs.CodeNotFound
+	}
+	m.loseAllocs(id, index)
+	delete(m.nodes, id)
+	return okCode
+}
+
+func (m *model) loseAllocs(node string, index uint64) {
+	for _, aid := range structs.SortedKeys(m.allocs) {
+		if a := m.allocs[aid]; a.node == node && !a.terminal() {
+			a.status = structs.AllocClientLost
+			m.releaseAlloc(aid, index)
+		}
+	}
+}
+
+func (m *model) place(id, node string, vols []*structs.AllocVolumeRequest) structs.ErrorCode {
+	if old := m.allocs[id]; old != nil {
+		if old.node == node && slices.EqualFunc(old.vols, vols, sameVolumeRequest) {
+			return okCode
+		}
+		return structs.CodeConflict
+	}
+	n := m.nodes[node]
+	if n == nil {
+		return structs.CodeNotFound
+	}
+	if !n.ready {
+		return structs.CodeUnschedulable
+	}
+	for _, r := range vols {
+		if _, ok := m.vols[r.VolumeID]; !ok {
+			return structs.CodeNotFound
+		}
+	}
+	m.allocs[id] = &mAlloc{node: node, vols: vols, status: structs.AllocClientPending}
+	return okCode
+}
+
+func (m *model) stop(id string) structs.ErrorCode {
+	a := m.allocs[id]
+	if a == nil {
+		return structs.CodeNotFound
+	}
+	a.stopping = true
+	return okCode
+}
+
+func (m *model) clientUpdate(id string, status structs.AllocClientStatus, index uint64) structs.ErrorCode {
+	a := m.allocs[id]
+	if a == nil {
+		return structs.CodeNotFound
+	}
+	if a.terminal() {
+		return okCode
+	}
+	a.status = status
+	if a.terminal() {
+		m.releaseAlloc(id, index)
+	}
+	return okCode
+}
+
+// releaseAlloc: every claim of a terminal alloc becomes past, and each
+// volume it claimed gets a pending eval.
+func (m *model) releaseAlloc(aid string, index uint64) {
+	var vols []string
+	for _, r := range m.allocs[aid].vols {
+		vols = append(vols, r.VolumeID)
+	}
+	slices.Sort(vols)
+	for _, vol := range vols {
+		c := m.claims[vol][aid]
+		if c == nil {
+			continue
+		}
+		if !c.past() {
+			c.state = structs.ClaimStateUnpublishing
+		}
+		m.ensureEval(vol, index)
+	}
+}
+
+func (m *model) ensureEval(vol string, index uint64) {
+	for _, e := range m.evals {
+		if e.vol == vol && e.status == structs.EvalStatusPending {
+			return
+		}
+	}
+	m.evals[structs.DeriveEvalID(index, vol)] = &mEval{vol: vol, status: structs.EvalStatusPending}
+}
+
+func (m *model) hasPast(vol string) bool {
+	for _, c := range m.claims[vol] {
+		if c.past() {
+			return true
+		}
+	}
+	return false
+}
+
+// claim predicts one claim batch item, in the documented order of checks.
+func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.ErrorCode, bool) {
+	mode, ok := m.vols[r.VolumeID]
+	if !ok {
+		return structs.CodeNotFound, false
+	}
+	cs := m.claims[r.VolumeID]
+	if r.Release {
+		if c := cs[r.AllocID]; c != nil && !c.past() {
+			c.state = structs.ClaimStateUnpublishing
+			m.ensureEval(r.VolumeID, index)
+		}
+		return okCode, false
+	}
+	a := m.allocs[r.AllocID]
+	switch {
+	case a == nil:
+		return structs.CodeNotFound, false
+	case a.node != r.NodeID, a.terminal(), a.stopping, a.request(r.VolumeID) == nil,
+		r.Mode == structs.ClaimModeWrite && a.request(r.VolumeID).ReadOnly:
+		return structs.CodeInvalid, false
+	}
+	if c := cs[r.AllocID]; c != nil {
+		if c.past() || c.mode != r.Mode {
+			return structs.CodeConflict, false
+		}
+		return okCode, false
+	}
+	if r.Mode == structs.ClaimModeWrite && (mode == structs.AccessModeSingleNodeReader || mode == structs.AccessModeMultiNodeReader) {
+		return structs.CodeInvalid, false
+	}
+	if n := m.nodes[r.NodeID]; n == nil {
+		return structs.CodeNotFound, false
+	} else if !n.ready || !n.healthy {
+		return structs.CodeUnschedulable, false
+	}
+	writers := 0
+	for _, c := range cs {
+		if c.mode == structs.ClaimModeWrite {
+			writers++
+		}
+	}
+	switch {
+	case (mode == structs.AccessModeSingleNodeReader || mode == structs.AccessModeSingleNodeWriter) && len(cs) > 0,
+		mode == structs.AccessModeMultiNodeSingleWriter && r.Mode == structs.ClaimModeWrite && writers > 0:
+		return structs.CodeMaxClaims, false
+	}
+	if cs == nil {
+		cs = map[string]*mClaim{}
+		m.claims[r.VolumeID] = cs
+	}
+	cs[r.AllocID] = &mClaim{node: r.NodeID, mode: r.Mode, state: structs.ClaimStateTaken}
+	return okCode, true
+}
+
+func (m *model) checkpoint(r *structs.ClaimCheckpointRequest, index uint64) structs.ErrorCode {
+	if _, ok := m.vols[r.VolumeID]; !ok {
+		return structs.CodeNotFound
+	}
+	c := m.claims[r.VolumeID][r.AllocID]
+	if c == nil {
+		return structs.CodeNotFound
+	}
+	if r.ExpectedState != "" && r.ExpectedState != c.state {
+		return structs.CodeConflict
+	}
+	cur, next := c.state.Rank(), r.State.Rank()
+	detached := structs.ClaimStateNodeDetached.Rank()
+	switch {
+	case next < cur:
+		return structs.CodeConflict
+	case next == cur:
+		return okCode
+	case cur < detached && next > detached && !r.ForcedSkip:
+		return structs.CodeConflict
+	case c.state == structs.ClaimStateTaken && r.State != structs.ClaimStateUnpublishing && !r.ForcedSkip:
+		return structs.CodeConflict
+	}
+	wasLive := !c.past()
+	if r.State == structs.ClaimStateFreed {
+		delete(m.claims[r.VolumeID], r.AllocID)
+		if len(m.claims[r.VolumeID]) == 0 {
+			delete(m.claims, r.VolumeID)
+		}
+		return okCode
+	}
+	c.state = r.State
+	if wasLive {
+		m.ensureEval(r.VolumeID, index)
+	}
+	return okCode
+}
+
+func (m *model) upsertEval(id, vol string) structs.ErrorCode {
+	if m.evals[id] != nil {
+		return structs.CodeConflict // the test only re-upserts finished evals
+	}
+	e := &mEval{vol: vol, status: structs.EvalStatusPending}
+	if _, ok := m.vols[vol]; !ok || !m.hasPast(vol) {
+		e.status = structs.EvalStatusComplete
+	}
+	m.evals[id] = e
+	return okCode
+}
+
+func (m *model) completeEval(id string, status structs.EvalStatus) structs.ErrorCode {
+	e := m.evals[id]
+	if e == nil {
+		return structs.CodeNotFound
+	}
+	if e.status.Terminal() {
+		if e.status == status {
+			return okCode
+		}
+		return structs.CodeConflict
+	}
+	if status == structs.EvalStatusComplete {
+		if _, ok := m.vols[e.vol]; ok && m.hasPast(e.vol) {
+			return structs.CodeConflict
+		}
+	}
+	e.status = status
+	return okCode
+}
