@@ -156,6 +156,10 @@ func (s *TestServer) Start() {
 		TrailingLogs:      c.opts.TrailingLogs,
 		Logger:            testLogger(c.t, s.Name),
 		Dialer:            c.Net.Dialer(s.Name),
+		// Fast liveness and retries so release tests finish in seconds.
+		HeartbeatTTL:       2 * time.Second,
+		ReleaseBackoffBase: 100 * time.Millisecond,
+		ReleaseBackoffMax:  time.Second,
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)

@@ -1,0 +1,188 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/client"
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/csi/hostdir"
+)
+
+// TestPlugin is an in-process hostdir CSI plugin on a real unix socket,
+// with an audit log and a control file for faults. Stop and Start keep the
+// socket path, root and audit log, as a restarted plugin process would.
+type TestPlugin struct {
+	ID, Name    string
+	Mode        hostdir.Mode
+	Socket      string
+	Root        string
+	AuditLog    string
+	ControlFile string
+	NodeID      string
+	t           testing.TB
+
+	mu sync.Mutex
+	p  *hostdir.Plugin
+}
+
+// sockDir is a short directory for unix sockets (paths must stay under 108
+// bytes, and test temp dirs can be long).
+func sockDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cld")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// StartPlugin starts a hostdir plugin named name with plugin ID "hostdir".
+// root is shared by every plugin of one storage system (controllers see the
+// nodes that registered under it); volumes are created on first use.
+func StartPlugin(t testing.TB, name string, mode hostdir.Mode, root string) *TestPlugin {
+	t.Helper()
+	dir := sockDir(t)
+	logDir := t.TempDir()
+	p := &TestPlugin{
+		ID: "hostdir", Name: name, Mode: mode, Root: root, NodeID: "ext-" + name,
+		Socket:      filepath.Join(dir, "csi.sock"),
+		AuditLog:    filepath.Join(logDir, "audit.jsonl"),
+		ControlFile: filepath.Join(logDir, "control.json"),
+		t:           t,
+	}
+	p.Start()
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// Start (re)starts the plugin.
+func (p *TestPlugin) Start() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.p != nil {
+		return
+	}
+	_ = os.Remove(p.Socket)
+	plug, err := hostdir.New(hostdir.Config{
+		Endpoint: "unix://" + p.Socket, Root: p.Root, NodeID: p.NodeID, Mode: p.Mode,
+		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: true,
+		Logger: testLogger(p.t, "plugin-"+p.Name),
+	})
+	if err != nil {
+		p.t.Fatalf("plugin %s: %v", p.Name, err)
+	}
+	if err := plug.Start(); err != nil {
+		p.t.Fatalf("plugin %s start: %v", p.Name, err)
+	}
+	p.p = plug
+}
+
+// Stop stops serving; the socket goes away, as when a plugin dies.
+func (p *TestPlugin) Stop() {
+	p.mu.Lock()
+	plug := p.p
+	p.p = nil
+	p.mu.Unlock()
+	if plug != nil {
+		plug.Stop()
+	}
+}
+
+// Config is how a client agent is told about this plugin.
+func (p *TestPlugin) Config() csi.PluginConfig {
+	typ := csi.PluginTypeMonolith
+	switch p.Mode {
+	case hostdir.ModeNode:
+		typ = csi.PluginTypeNode
+	case hostdir.ModeController:
+		typ = csi.PluginTypeController
+	}
+	return csi.PluginConfig{ID: p.ID, Type: typ, Socket: "unix://" + p.Socket}
+}
+
+// Audit reads the plugin's audit log.
+func (p *TestPlugin) Audit() []hostdir.AuditEntry {
+	p.t.Helper()
+	entries, err := hostdir.ReadAudit(p.AuditLog)
+	if err != nil && !os.IsNotExist(err) {
+		p.t.Fatalf("read audit log of %s: %v", p.Name, err)
+	}
+	return entries
+}
+
+// SetControl writes the plugin's fault-injection control file.
+func (p *TestPlugin) SetControl(c hostdir.Control) {
+	p.t.Helper()
+	if err := hostdir.WriteControl(p.ControlFile, c); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// TestClient is an in-process client agent whose dials go through the
+// cluster's partitionable network under its own host name.
+type TestClient struct {
+	Name    string
+	DataDir string
+	c       *Cluster
+	servers []string
+	plugins []csi.PluginConfig
+
+	mu sync.Mutex
+	a  *client.Agent
+}
+
+// StartClient starts a client agent that connects to servers (in order)
+// and runs plugins.
+func (c *Cluster) StartClient(name string, servers []string, plugins ...csi.PluginConfig) *TestClient {
+	c.t.Helper()
+	tc := &TestClient{Name: name, DataDir: filepath.Join(c.t.TempDir(), name), c: c, servers: servers, plugins: plugins}
+	tc.Start()
+	c.t.Cleanup(tc.Stop)
+	return tc
+}
+
+// Start (re)starts the agent on its data dir (same node ID).
+func (tc *TestClient) Start() {
+	tc.c.t.Helper()
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.a != nil {
+		return
+	}
+	a, err := client.New(client.Config{
+		Servers: tc.servers, DataDir: tc.DataDir, NodeName: tc.Name, Plugins: tc.plugins,
+		ProbeInterval: 200 * time.Millisecond, Logger: testLogger(tc.c.t, "client-"+tc.Name),
+		Dialer: tc.c.Net.Dialer(tc.Name),
+	})
+	if err != nil {
+		tc.c.t.Fatalf("client %s: %v", tc.Name, err)
+	}
+	tc.a = a
+}
+
+// Stop stops the agent (no heartbeats; its mounts stay).
+func (tc *TestClient) Stop() {
+	tc.mu.Lock()
+	a := tc.a
+	tc.a = nil
+	tc.mu.Unlock()
+	if a != nil {
+		a.Shutdown()
+	}
+}
+
+// NodeID is the agent's node ID (stable across restarts).
+func (tc *TestClient) NodeID() string {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.a == nil {
+		tc.c.t.Fatalf("client %s is not running", tc.Name)
+	}
+	return tc.a.NodeID()
+}
