@@ -67,6 +67,9 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 
 	detached := structs.ClaimStateNodeDetached.Rank()
 	skipsNodeDetach := cur < detached && next > detached
+	// An operator forcing a claim to node-detached (the node is gone for
+	// good) did not unmount anything either: record it like a skip.
+	forcedIntoNodeDetached := cur < detached && next == detached && req.ForcedSkip
 	if skipsNodeDetach && !req.ForcedSkip {
 		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
 			"%s is %s: it must be node-detached before %s, or forced", name, c.State, req.State))
@@ -88,7 +91,7 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 		out = c.Copy()
 		out.State = req.State
 		out.ForcedSkip = out.ForcedSkip || req.ForcedSkip
-		out.NodeDetachSkipped = out.NodeDetachSkipped || skipsNodeDetach
+		out.NodeDetachSkipped = out.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached
 		out.ModifyIndex = tx.index
 		v.PastClaims = putClaim(v.PastClaims, out)
 	}

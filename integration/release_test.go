@@ -232,3 +232,245 @@ func TestRelease_SeedScenario_PluginMissingThenBack(t *testing.T) {
 		}
 	}
 }
+
+func (e *releaseEnv) claimOf(t *testing.T, vol, alloc string) *structs.Claim {
+	t.Helper()
+	v, _, err := e.api.Volume(harness.Ctx(t, 10*time.Second), vol, structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Claim(alloc)
+}
+
+func (e *releaseEnv) waitClaimState(t *testing.T, vol, alloc string, want structs.ClaimState) *structs.Claim {
+	t.Helper()
+	var c *structs.Claim
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if c = e.claimOf(t, vol, alloc); c == nil || c.State != want {
+			return fmt.Errorf("claim %s/%s state exp: %s got: %v", vol, alloc, want, c)
+		}
+		return nil
+	})
+	return c
+}
+
+// Seed 6: a node detach that finds nothing mounted — the plugin answers
+// "umount: ...: no mount point" — is a success, not an error that blocks GC.
+func TestRelease_NodeDetachWithNothingMountedSucceeds(t *testing.T) {
+	e := newReleaseEnv(t, "w1")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	msg := "Could not unmount: umount: /csi/per-alloc/a1/v1/rw-file-system-single-node-writer: no mount point"
+	e.nodes["w1"].SetControl(hostdir.Control{
+		Fail:        map[string]int{"NodeUnpublishVolume": 100, "NodeUnstageVolume": 100},
+		FailCode:    map[string]string{"NodeUnpublishVolume": "Internal", "NodeUnstageVolume": "Internal"},
+		FailMessage: map[string]string{"NodeUnpublishVolume": msg, "NodeUnstageVolume": "umount: staging: not mounted"},
+	})
+	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed(t, "v1", 30*time.Second)
+	audit := e.nodes["w1"].Audit()
+	if n := countCalls(audit, "NodeUnpublishVolume", "ext-v1", ""); n != 1 {
+		t.Fatalf("NodeUnpublish calls exp: 1 (answered 'no mount point', counted done) got: %d", n)
+	}
+	if st, _ := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second)); st["v1"].Attempts != 0 {
+		t.Fatalf("release retries exp: 0 got: %+v", st["v1"])
+	}
+}
+
+// A new leader resumes a release from its last checkpoint: the node step,
+// done before the old leader died, is not repeated.
+func TestRelease_LeaderKilledAfterNodeDetachResumesWithoutRepeatingIt(t *testing.T) {
+	e := newReleaseEnv(t, "w1")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	// Hold the release between the node step and the controller step.
+	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 1000}})
+	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaimState(t, "v1", "a1", structs.ClaimStateNodeDetached)
+	old := e.c.WaitForLeader(electionWait)
+	old.Stop()
+	e.c.WaitForLeader(electionWait)
+	e.controller.SetControl(hostdir.Control{Seq: 1})
+	var running *harness.TestServer
+	for _, s := range e.c.Servers {
+		if s.Running() {
+			running = s
+		}
+	}
+	e.api = running.Client()
+	e.waitFreed(t, "v1", 30*time.Second)
+	audit := e.auditAll()
+	checkDetachOrder(t, audit, nil)
+	if n := countCalls(audit, "NodeUnpublishVolume", "ext-v1", "ok"); n != 1 {
+		t.Fatalf("NodeUnpublish calls across the leader change exp: 1 got: %d", n)
+	}
+	if n := countCalls(audit, "ControllerUnpublishVolume", "ext-v1", "ok"); n < 1 {
+		t.Fatalf("ControllerUnpublish after the leader change exp: >= 1 got: %d", n)
+	}
+}
+
+// S6 and the system's reason to exist: a second writer of a single-node
+// volume gets it only after the first writer's controller detach, and the
+// plugin never has it attached to two nodes.
+func TestRelease_SecondWriterWaitsForControllerDetach(t *testing.T) {
+	e := newReleaseEnv(t, "w1", "w2")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	// Slow the first writer's release down so the second writer must wait.
+	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 3}})
+	e.run(t, "a2", "w2", "v1")
+	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, "a2", structs.AllocClientRunning)
+
+	attached := map[string]bool{}
+	var order []string
+	for _, en := range e.controller.Audit() {
+		if en.Volume != "ext-v1" || en.Result != "ok" {
+			continue
+		}
+		switch en.Method {
+		case "ControllerPublishVolume":
+			attached[en.Node] = true
+			order = append(order, "publish "+en.Node)
+		case "ControllerUnpublishVolume":
+			delete(attached, en.Node)
+			order = append(order, "unpublish "+en.Node)
+		}
+		if len(attached) > 1 {
+			t.Fatalf("single-node-writer volume attached to %d nodes at once: %v", len(attached), order)
+		}
+	}
+	want := []string{"publish ext-w1", "unpublish ext-w1", "publish ext-w2"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("controller calls exp: %v got: %v", want, order)
+	}
+	checkDetachOrder(t, e.auditAll(), nil)
+}
+
+// A down node's claims wait for it; `volume detach -force` releases them,
+// skipping the node step (recorded on the claim); the node coming back does
+// not resurrect them.
+func TestRelease_DownNodeClaimsWaitUntilForced(t *testing.T) {
+	e := newReleaseEnv(t, "w1")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	node := e.clients["w1"].NodeID()
+
+	e.clients["w1"].Stop() // no more heartbeats
+	e.waitAlloc(t, "a1", structs.AllocClientLost)
+	harness.WaitFor(t, 30*time.Second, func() error {
+		st, err := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second))
+		if err != nil {
+			return err
+		}
+		if st["v1"].Attempts < 2 {
+			return fmt.Errorf("release of a down node's claim exp: waiting with retries got: %+v", st["v1"])
+		}
+		return nil
+	})
+	if c := e.claimOf(t, "v1", "a1"); c == nil || c.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("claim of a down node exp: still unpublishing got: %v", c)
+	}
+	if n := countCalls(e.controller.Audit(), "ControllerUnpublishVolume", "ext-v1", ""); n != 0 {
+		t.Fatalf("controller unpublish while the node may still have it mounted exp: 0 got: %d", n)
+	}
+
+	// The operator declares the node gone for good. Hold the controller
+	// step briefly so the recorded skip can be seen on the claim.
+	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 1000}})
+	resp, err := e.api.DetachVolume(harness.Ctx(t, 30*time.Second), "v1", node, true)
+	if err != nil || len(resp.Forced) != 1 {
+		t.Fatalf("volume detach -force exp: one forced claim got: %+v %v", resp, err)
+	}
+	c := e.waitClaimState(t, "v1", "a1", structs.ClaimStateNodeDetached)
+	if !c.NodeDetachSkipped || !c.ForcedSkip {
+		t.Fatalf("forced claim exp: skip recorded got: %+v", c)
+	}
+	e.controller.SetControl(hostdir.Control{Seq: 1})
+	e.waitFreed(t, "v1", 30*time.Second)
+
+	// The node comes back: its allocation stays lost and claims nothing.
+	e.clients["w1"].Start()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		n, _, err := e.api.Node(harness.Ctx(t, 10*time.Second), node, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Status != structs.NodeStatusReady {
+			return fmt.Errorf("node status exp: ready got: %s", n.Status)
+		}
+		return nil
+	})
+	e.waitAlloc(t, "a1", structs.AllocClientLost)
+	if c := e.claimOf(t, "v1", "a1"); c != nil {
+		t.Fatalf("claim after the node came back exp: none got: %v", c)
+	}
+}
+
+// A volume deregistered while its eval is pending: the eval ends and the
+// leader stops retrying it (no hot loop).
+func TestRelease_VolumeDeregisteredWhileEvalPending(t *testing.T) {
+	e := newReleaseEnv(t, "w1")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	e.nodes["w1"].Stop()
+	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		st, err := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second))
+		if err != nil {
+			return err
+		}
+		if st["v1"].Attempts < 1 {
+			return fmt.Errorf("release of v1 exp: retrying got: %+v", st["v1"])
+		}
+		return nil
+	})
+	if _, err := e.api.DeregisterVolumes(harness.Ctx(t, 30*time.Second), true, "v1"); err != nil {
+		t.Fatalf("deregister -force of a volume whose allocs are terminal: %v", err)
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		ctx := harness.Ctx(t, 10*time.Second)
+		evals, _, err := e.api.Evals(ctx, "", "v1", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			if ev.Status == structs.EvalStatusPending {
+				return fmt.Errorf("eval %s exp: ended got: pending", ev.ID)
+			}
+		}
+		st, err := e.api.ReleaseStatus(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := st["v1"]; ok {
+			return fmt.Errorf("release retries for a deregistered volume exp: none got: %+v", st["v1"])
+		}
+		return nil
+	})
+	// And they stay stopped: the watcher does not pick the volume up again.
+	end := time.Now().Add(2 * time.Second)
+	for time.Now().Before(end) {
+		st, err := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := st["v1"]; ok {
+			t.Fatalf("deregistered volume exp: no more retries got: %+v", st["v1"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

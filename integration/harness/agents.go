@@ -72,6 +72,10 @@ func (p *TestPlugin) Start() {
 	plug, err := hostdir.New(hostdir.Config{
 		Endpoint: "unix://" + p.Socket, Root: p.Root, NodeID: p.NodeID, Mode: p.Mode,
 		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: true,
+		// Symlinks, not bind mounts: a test that ends with volumes
+		// published must not leave mounts behind in its temp dirs (bind
+		// mounts are covered by the hostdir package's own tests).
+		MountMethod: hostdir.MountSymlink,
 		Logger: testLogger(p.t, "plugin-"+p.Name),
 	})
 	if err != nil {
