@@ -34,7 +34,8 @@ type Agent struct {
 	// fingerprints.
 	fpChanged chan struct{}
 
-	allocs *allocRunner
+	allocs   *allocRunner
+	statuses *statusBatcher
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,12 +90,14 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.allocs = newAllocRunner(a)
+	a.statuses = newStatusBatcher(a)
 	// The first fingerprint round runs before registering, so the servers
 	// never see this node without its plugins.
 	a.plugins.Refresh(ctx)
 	a.plugins.Start()
 	a.goFunc(a.heartbeatLoop)
 	a.goFunc(a.allocs.run)
+	a.goFunc(a.statuses.run)
 	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins))
 	return a, nil
 }

@@ -199,12 +199,10 @@ func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
 
 // report sends a client status, retrying until it lands or the agent stops.
 func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
-	args := &structs.AllocClientUpdateRequest{NodeID: r.a.ident.ID, Allocs: []*structs.AllocClientUpdate{
-		{ID: allocID, ClientStatus: status, ClientDescription: desc}}}
+	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc}
 	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
-		var resp structs.GenericResponse
-		err := r.a.conn.call(ctx, "Node.UpdateAlloc", args, &resp)
+		err := r.a.statuses.send(ctx, update)
 		if err == nil {
 			return true
 		}

@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Allocation status reports are batched: when many allocations change at
+// once (a job of 1,000 stopped together) one Node.UpdateAlloc carries them
+// all, so the servers commit one entry instead of a thousand.
+const (
+	statusBatchWindow = 20 * time.Millisecond
+	statusBatchMax    = 512
+)
+
+type statusReport struct {
+	update *structs.AllocClientUpdate
+	done   chan error
+}
+
+type statusBatcher struct {
+	a     *Agent
+	queue chan statusReport
+}
+
+func newStatusBatcher(a *Agent) *statusBatcher {
+	return &statusBatcher{a: a, queue: make(chan statusReport, statusBatchMax)}
+}
+
+// send queues one update and waits for the batch it joined to be written.
+func (b *statusBatcher) send(ctx context.Context, u *structs.AllocClientUpdate) error {
+	r := statusReport{update: u, done: make(chan error, 1)}
+	select {
+	case b.queue <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *statusBatcher) run() {
+	for {
+		var batch []statusReport
+		select {
+		case r := <-b.queue:
+			batch = append(batch, r)
+		case <-b.a.ctx.Done():
+			return
+		}
+		window := time.NewTimer(statusBatchWindow)
+	gather:
+		for len(batch) < statusBatchMax {
+			select {
+			case r := <-b.queue:
+				batch = append(batch, r)
+			case <-window.C:
+				break gather
+			case <-b.a.ctx.Done():
+				window.Stop()
+				return
+			}
+		}
+		window.Stop()
+		args := &structs.AllocClientUpdateRequest{NodeID: b.a.ident.ID}
+		for _, r := range batch {
+			args.Allocs = append(args.Allocs, r.update)
+		}
+		ctx, cancel := context.WithTimeout(b.a.ctx, 30*time.Second)
+		var resp structs.GenericResponse
+		err := b.a.conn.call(ctx, "Node.UpdateAlloc", args, &resp)
+		cancel()
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
