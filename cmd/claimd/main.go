@@ -31,6 +31,8 @@ func commands() map[string]command {
 		"node status":                   {"show client nodes, or one", runNodeStatus},
 		"plugin status":                 {"show CSI plugins, or one", runPluginStatus},
 		"eval list":                     {"show volume-claim GC evals", runEvalList},
+		"system gc":                     {"run the claim GC now (never waits for stuck releases)", runSystemGC},
+		"volume detach":                 {"release a node's claims on a volume now (-force: node gone for good)", runVolumeDetach},
 		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
 	}
 }

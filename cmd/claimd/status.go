@@ -157,27 +157,35 @@ func runEvalList(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
+	// Retry state is the leader's memory, not replicated: best effort.
+	retries, _ := c.ReleaseStatus(ctx)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tType\tVolume\tStatus\tTriggered By\tDescription")
+	fmt.Fprintln(tw, "ID\tType\tVolume\tStatus\tTriggered By\tDescription\tRetry")
 	for _, e := range evals {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Type, e.VolumeID, e.Status, orDash(e.TriggeredBy), orDash(e.StatusDescription))
+		retry := "-"
+		if e.Status == structs.EvalStatusPending {
+			st, ok := retries[e.VolumeID]
+			retry = formatRetry(st, ok)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Type, e.VolumeID, e.Status, orDash(e.TriggeredBy), orDash(e.StatusDescription), retry)
 	}
 	tw.Flush()
 	return 0
 }
 
-// printClaims shows a volume's live and past claims.
-func printClaims(w io.Writer, v *structs.Volume) {
+// printClaims shows a volume's live and past claims, and beside past
+// claims the leader's retry state of the release.
+func printClaims(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	type row struct {
 		kind string
 		c    *structs.Claim
 	}
 	var rows []row
 	for _, id := range structs.SortedKeys(v.WriteClaims) {
-		rows = append(rows, row{"write", v.WriteClaims[id]})
+		rows = append(rows, row{"live", v.WriteClaims[id]})
 	}
 	for _, id := range structs.SortedKeys(v.ReadClaims) {
-		rows = append(rows, row{"read", v.ReadClaims[id]})
+		rows = append(rows, row{"live", v.ReadClaims[id]})
 	}
 	for _, id := range structs.SortedKeys(v.PastClaims) {
 		rows = append(rows, row{"past", v.PastClaims[id]})
@@ -194,6 +202,9 @@ func printClaims(w io.Writer, v *structs.Volume) {
 		note := "-"
 		if r.c.NodeDetachSkipped {
 			note = "node detach skipped (forced)"
+		}
+		if r.kind == "past" && retry != nil {
+			note = formatRetry(*retry, true)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.c.AllocID, r.c.NodeID, r.kind, r.c.Mode, r.c.State, note)
 	}

@@ -130,7 +130,15 @@ func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
 			}
 			return 0
 		}
-		printVolume(stdout, vol)
+		var retry *structs.ReleaseStatus
+		if len(vol.PastClaims) > 0 {
+			if st, err := c.ReleaseStatus(ctx); err == nil {
+				if r, ok := st[vol.ID]; ok {
+					retry = &r
+				}
+			}
+		}
+		printVolume(stdout, vol, retry)
 		return 0
 	}
 	vols, _, err := c.Volumes(ctx, "", q)
@@ -159,7 +167,7 @@ func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printVolume(w io.Writer, v *structs.Volume) {
+func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "ID\t= %s\n", v.ID)
 	fmt.Fprintf(tw, "Name\t= %s\n", orDash(v.Name))
@@ -176,7 +184,7 @@ func printVolume(w io.Writer, v *structs.Volume) {
 	fmt.Fprintf(tw, "Current Modes\t= %s %s\n", orDash(string(v.CurrentAccessMode)), string(v.CurrentAttachmentMode))
 	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
 	tw.Flush()
-	printClaims(w, v)
+	printClaims(w, v, retry)
 }
 
 func formatMap(m map[string]string) string {
