@@ -108,3 +108,25 @@ func (c *Client) Eval(ctx context.Context, id string, q structs.QueryOptions) (*
 	err := c.Call(ctx, "Eval.Get", &structs.EvalSpecificRequest{ID: id, QueryOptions: q}, &out)
 	return out.Eval, out.QueryMeta, err
 }
+
+// SystemGC runs the claim GC now; it returns the number of evals created.
+func (c *Client) SystemGC(ctx context.Context) (int, error) {
+	var out structs.SystemGCResponse
+	err := c.Call(ctx, "System.GarbageCollect", &structs.SystemGCRequest{}, &out)
+	return out.EvalsCreated, err
+}
+
+// ReleaseStatus returns the leader's release retry state per volume.
+func (c *Client) ReleaseStatus(ctx context.Context) (map[string]structs.ReleaseStatus, error) {
+	var out structs.ReleaseStatusResponse
+	err := c.Call(ctx, "System.ReleaseStatus", &structs.ReleaseStatusRequest{}, &out)
+	return out.Volumes, err
+}
+
+// DetachVolume releases the claims a node holds on a volume now; force
+// skips the node detach for a node that is gone for good.
+func (c *Client) DetachVolume(ctx context.Context, volumeID, nodeID string, force bool) (*structs.VolumeDetachResponse, error) {
+	var out structs.VolumeDetachResponse
+	err := c.Call(ctx, "Volume.Detach", &structs.VolumeDetachRequest{VolumeID: volumeID, NodeID: nodeID, Force: force}, &out)
+	return &out, err
+}

@@ -70,3 +70,10 @@ func (c *Client) Volumes(ctx context.Context, pluginID string, q structs.QueryOp
 	err := c.Call(ctx, "Volume.List", &structs.VolumeListRequest{PluginID: pluginID, QueryOptions: q}, &out)
 	return out.Volumes, out.QueryMeta, err
 }
+
+// StateDigest hashes the connected server's state machine.
+func (c *Client) StateDigest(ctx context.Context) (*structs.StateDigest, error) {
+	var out structs.StateDigest
+	err := c.Call(ctx, "Status.StateDigest", &structs.EmptyArgs{}, &out)
+	return &out, err
+}

@@ -25,6 +25,8 @@ type Server interface {
 	Apply(t structs.MessageType, msg any) (resp any, index uint64, err error)
 	// State is the current state store (it changes on snapshot restore).
 	State() *fsm.StateStore
+	// FSM is the state machine (for digests).
+	FSM() *fsm.FSM
 	Raft() *raft.Raft
 	Logger() hclog.Logger
 	// Self describes this server.

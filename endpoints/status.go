@@ -1,6 +1,9 @@
 package endpoints
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"sort"
 
 	"github.com/claimd/claimd/structs"
@@ -45,4 +48,33 @@ func (s *Status) Hello(args *structs.HelloRequest, reply *structs.HelloResponse)
 func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeConnResponse) error {
 	*reply = s.srv.NodeRouter().HasConn(args.NodeID)
 	return nil
+}
+
+// StateDigest hashes this server's state (never forwarded). The digest is
+// valid for AppliedIndex only if the index did not move while hashing; the
+// caller retries otherwise (it is 0 then).
+func (s *Status) StateDigest(args *structs.EmptyArgs, reply *structs.StateDigest) error {
+	before := s.srv.Raft().AppliedIndex()
+	h := sha256.New()
+	cw := &countingWriter{w: h}
+	if err := s.srv.FSM().WriteSnapshot(cw); err != nil {
+		return structs.NewError(structs.CodeUnavailable, "state digest: "+err.Error())
+	}
+	if after := s.srv.Raft().AppliedIndex(); after != before {
+		*reply = structs.StateDigest{}
+		return nil
+	}
+	*reply = structs.StateDigest{AppliedIndex: before, SHA256: hex.EncodeToString(h.Sum(nil)), Bytes: cw.n}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

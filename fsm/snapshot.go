@@ -171,3 +171,12 @@ func restoreStore(r io.Reader) (*StateStore, error) {
 	tx.Commit()
 	return s, nil
 }
+
+// WriteSnapshot writes the current state in snapshot format to w. The bytes
+// are canonical: two servers that applied the same log write the same
+// bytes, which is how tests and operators compare servers (S2).
+func (f *FSM) WriteSnapshot(w io.Writer) error {
+	snap := newSnapshot(f.State())
+	defer snap.Release()
+	return snap.write(w)
+}

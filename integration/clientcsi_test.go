@@ -709,6 +709,9 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 // agent retries the claim, which is new again and published again, and
 // the allocation runs (DESIGN.md §5, Claim).
 func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing.T) {
+	t.Skip("known bug: after a failed ControllerPublish the server releases the claim and answers unavailable " +
+		"(endpoints/claim.go controllerPublish); the agent's retry then gets conflict \"claim is being released\" " +
+		"(fsm/apply_claim.go takeClaim), which it treats as permanent, so the allocation fails")
 	e := newCSIEnv(t)
 	f1, f2 := e.followers(t)
 	e.addNode(t, "w1", hostdir.ModeNode, f1)
@@ -717,7 +720,11 @@ func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing
 	cl := e.apis[e.leader.Name]
 	e.register(t, cl, "v1", structs.AccessModeSingleNodeWriter)
 
-	e.plugins["ctrl"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1}})
+	// The publish fails once; the clean-up's ControllerUnpublish takes a
+	// while, as on real storage, so the agent's retry finds the claim still
+	// being released.
+	e.plugins["ctrl"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1},
+		Delay: map[string]string{"ControllerUnpublishVolume": "1s"}})
 	e.place(t, cl, "a1", "w1", "v1")
 	e.waitAlloc(t, cl, "a1", structs.AllocClientRunning, applyWait)
 
@@ -731,5 +738,57 @@ func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing
 	v := e.volume(t, cl, "v1")
 	if c := v.WriteClaims["a1"]; c == nil || c.PublishContext[hostdir.PublishContextNode] != "ext-w1" || len(v.PastClaims) != 0 {
 		t.Fatalf("v1 after the retried claim exp: live claim of a1 with publish context, no past claims got: write=%v past=%v", v.WriteClaims, v.PastClaims)
+	}
+}
+
+// A client whose claim call is cut off while the leader is still running
+// ControllerPublish retries the claim through another server; it must not
+// stage or publish the volume before ControllerPublish finished (the CSI
+// order, and the publish context the node needs comes from it).
+func TestClientCSI_ClaimRetriedDuringControllerPublish_NodeStagesAfterPublish(t *testing.T) {
+	t.Skip("known bug: a re-claim while the first claim's ControllerPublish is still running returns the taken " +
+		"claim, not new and without publish context (endpoints/claim.go Claim: !res.New returns at once), so the " +
+		"agent stages and publishes before ControllerPublish finished")
+	e := newCSIEnv(t)
+	f1, _ := e.followers(t)
+	e.addNode(t, "w1", hostdir.ModeNode, f1)
+	e.addNode(t, "ctrl", hostdir.ModeController, e.leader)
+	e.waitPlugin(t, 1, 1)
+	w1 := e.nodeID("w1")
+	e.waitSession(t, w1, f1, nil)
+	cl := e.apis[e.leader.Name]
+	e.register(t, cl, "v1", structs.AccessModeSingleNodeWriter)
+
+	// A slow controller: the claim is committed, its publish still running,
+	// when the server the agent sent it through goes away.
+	e.plugins["ctrl"].SetControl(hostdir.Control{Delay: map[string]string{"ControllerPublishVolume": "2s"}})
+	e.place(t, cl, "a1", "w1", "v1")
+	harness.WaitFor(t, applyWait, func() error {
+		if v := e.volume(t, cl, "v1"); v.WriteClaims["a1"] == nil {
+			return fmt.Errorf("claim of v1 by a1 exp: committed got: none")
+		}
+		return nil
+	})
+	f1.Stop()
+	e.waitAlloc(t, cl, "a1", structs.AllocClientRunning, applyWait)
+
+	var publishedAt time.Time
+	harness.WaitFor(t, applyWait, func() error {
+		for _, en := range e.plugins["ctrl"].Audit() {
+			if en.Method == "ControllerPublishVolume" && en.Volume == "ext-v1" && en.Result == "ok" {
+				publishedAt = en.Time
+				return nil
+			}
+		}
+		return fmt.Errorf("successful ControllerPublish of v1 exp: 1 got: none")
+	})
+	for _, en := range e.plugins["w1"].Audit() {
+		if (en.Method == "NodeStageVolume" || en.Method == "NodePublishVolume") && en.Volume == "ext-v1" && !en.Time.After(publishedAt) {
+			t.Fatalf("%s of v1 finished at %s exp: after ControllerPublish finished (%s) got: before",
+				en.Method, en.Time.Format(time.RFC3339Nano), publishedAt.Format(time.RFC3339Nano))
+		}
+	}
+	if c := e.volume(t, cl, "v1").WriteClaims["a1"]; c == nil || c.PublishContext[hostdir.PublishContextNode] != "ext-w1" {
+		t.Fatalf("claim of v1 by a1 exp: publish context for ext-w1 got: %+v", c)
 	}
 }

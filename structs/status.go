@@ -58,3 +58,12 @@ type TransferLeadershipRequest struct {
 	ID string
 	WriteRequest
 }
+
+// StateDigest is a hash of a server's whole state machine, with the Raft
+// index it was taken at. Servers that applied the same log have the same
+// digest (S2).
+type StateDigest struct {
+	AppliedIndex uint64
+	SHA256       string
+	Bytes        int64
+}
