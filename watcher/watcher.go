@@ -18,7 +18,7 @@ import (
 // seconds, an outage can take hours, and at 1 min a thousand stuck volumes
 // cost under 20 RPCs a second.
 const (
-	DefaultWorkers     = 8
+	DefaultWorkers     = 16
 	DefaultBackoffBase = time.Second
 	DefaultBackoffMax  = time.Minute
 	DefaultGCInterval  = 5 * time.Minute

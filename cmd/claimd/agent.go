@@ -36,6 +36,9 @@ type agentFlags struct {
 	leaveOnTerm     bool
 	servers         string
 	plugins         pluginFlags
+	heartbeatTTL    time.Duration
+	claimGCInterval time.Duration
+	releaseWorkers  int
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -69,6 +72,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", 1, "scale Raft timeouts (1 = production; tests use less)")
+	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", 10*time.Second, "server: how soon client nodes must heartbeat before they are marked down")
+	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", 5*time.Minute, "server: how often the claim GC looks for past claims without an eval")
+	fs.IntVar(&f.releaseWorkers, "release-workers", 16, "server: volumes released in parallel by the leader")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -167,6 +173,9 @@ func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
 		BootstrapExpect: f.bootstrapExpect,
 		Join:            splitList(f.join),
 		RaftMultiplier:  f.raftMultiplier,
+		HeartbeatTTL:    f.heartbeatTTL,
+		ClaimGCInterval: f.claimGCInterval,
+		ReleaseWorkers:  f.releaseWorkers,
 		Logger:          logger,
 	}
 	return server.New(cfg)
