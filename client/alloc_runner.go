@@ -159,11 +159,13 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 			return ctx.Err()
 		}
 	}
-	var volResp structs.VolumeResponse
-	if err := r.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: req.VolumeID}, &volResp); err != nil {
-		return structs.Wrap(err, fmt.Sprintf("read volume %q", req.VolumeID))
+	// The claim answer carries the volume with its secrets (NodeStage may
+	// need them); read endpoints never return secrets.
+	vol := claim.Volume
+	if vol == nil {
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("claim of volume %q came back without the volume", req.VolumeID))
 	}
-	mm, err := r.a.mountManager(volResp.Volume.PluginID)
+	mm, err := r.a.mountManager(vol.PluginID)
 	if err != nil {
 		return err
 	}
@@ -173,7 +175,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	}
 	backoff.reset()
 	for {
-		_, err := mm.MountVolume(ctx, volResp.Volume, alloc.ID, req.ReadOnly, pctx)
+		_, err := mm.MountVolume(ctx, vol, alloc.ID, req.ReadOnly, pctx)
 		if err == nil {
 			return nil
 		}

@@ -29,7 +29,15 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	}
 	reply.Claim = res.Claim
 	reply.New = res.New
-	if args.Release || !res.New || res.Claim == nil {
+	if args.Release || res.Claim == nil {
+		return nil
+	}
+	if vol, err := v.srv.State().VolumeByID(nil, args.VolumeID); err == nil && vol != nil {
+		spec := vol.Copy()
+		spec.ReadClaims, spec.WriteClaims, spec.PastClaims = nil, nil, nil
+		reply.Volume = spec
+	}
+	if !res.New {
 		return nil
 	}
 	return v.controllerPublish(res.Claim, reply)

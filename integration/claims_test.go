@@ -54,6 +54,9 @@ func TestClaimEndpoints_ThroughFollower(t *testing.T) {
 	if err != nil || !resp.New || resp.Claim.State != structs.ClaimStateTaken {
 		t.Fatalf("first claim exp: new taken claim got: %+v %v", resp, err)
 	}
+	if resp.Volume == nil || resp.Volume.Secrets["token"] != "s3cret" {
+		t.Fatalf("claim answer exp: the volume with its secrets for the node got: %+v", resp.Volume)
+	}
 	if resp.Claim.ExternalNodeID != "ext-n1" {
 		t.Fatalf("claim external node ID exp: ext-n1 got: %q", resp.Claim.ExternalNodeID)
 	}

@@ -186,6 +186,9 @@ type ClaimBatchResponse struct {
 type VolumeClaimResponse struct {
 	Claim *Claim
 	New   bool
+	// Volume is the claimed volume as the claiming node needs it to stage
+	// and publish: with its secrets, which no read endpoint returns.
+	Volume *Volume
 	WriteMeta
 }
 
