@@ -220,6 +220,11 @@ func (a *Agent) heartbeatLoop() {
 			a.logger.Warn("heartbeat failed; retrying", "registered", registered, "error", err)
 			registered = false
 			wait = 500 * time.Millisecond
+			// A server that cannot reach a leader cannot keep this node
+			// alive: move to the next server before the TTL runs out.
+			if errors.Is(err, structs.ErrNoLeader) || errors.Is(err, structs.ErrTimeout) {
+				a.conn.rotate()
+			}
 		} else {
 			registered = true
 			if resp.HeartbeatTTL > 0 {

@@ -104,6 +104,18 @@ func (s *serverConn) drop(conn *rpc.MuxClient) {
 	}
 }
 
+// rotate drops the current session so the next call dials the next
+// server, even though the session itself still works.
+func (s *serverConn) rotate() {
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		s.a.logger.Info("moving to another server")
+		s.drop(conn)
+	}
+}
+
 func (s *serverConn) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
