@@ -130,3 +130,10 @@ func (c *Client) DetachVolume(ctx context.Context, volumeID, nodeID string, forc
 	err := c.Call(ctx, "Volume.Detach", &structs.VolumeDetachRequest{VolumeID: volumeID, NodeID: nodeID, Force: force}, &out)
 	return &out, err
 }
+
+// DeregisterNodes removes nodes; their allocations become lost.
+func (c *Client) DeregisterNodes(ctx context.Context, ids ...string) (uint64, error) {
+	var out structs.GenericResponse
+	err := c.Call(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: ids}, &out)
+	return out.Index, err
+}

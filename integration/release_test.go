@@ -474,3 +474,31 @@ func TestRelease_VolumeDeregisteredWhileEvalPending(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A plugin gone for good (no node runs it any more) is a permanent error:
+// the eval fails with the reason instead of retrying forever.
+func TestRelease_PluginGoneForGoodFailsTheEval(t *testing.T) {
+	e := newReleaseEnv(t, "w1")
+	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	// Every node that runs the plugin leaves the cluster for good.
+	e.clients["w1"].Stop()
+	e.ctrlClient.Stop()
+	ids := []string{e.clients["w1"].NodeIDOffline(), e.ctrlClient.NodeIDOffline()}
+	if _, err := e.api.DeregisterNodes(harness.Ctx(t, 30*time.Second), ids...); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		evals, _, err := e.api.Evals(harness.Ctx(t, 10*time.Second), "", "v1", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			if ev.Status == structs.EvalStatusFailed && strings.Contains(ev.StatusDescription, "no instances") {
+				return nil
+			}
+		}
+		return fmt.Errorf("evals exp: one failed naming the missing plugin got: %+v", evals)
+	})
+}

@@ -31,6 +31,18 @@ func (w *Watcher) releaseVolume(volID string) error {
 	if len(vol.PastClaims) == 0 {
 		return nil
 	}
+	plug, err := state.PluginByID(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plug == nil {
+		// No node runs the plugin any more, as node or controller: nothing
+		// can unmount or detach. Stop retrying and say why; the claim GC
+		// gives the volume a new eval on its next run, and an operator can
+		// force the claims.
+		return &permanentError{reason: fmt.Sprintf("plugin %q has no instances left on any node; "+
+			"the past claims cannot be released (use `claimd volume detach -force`)", vol.PluginID)}
+	}
 	var errs []error
 
 	// 1. Node detach every claim still unpublishing (S3: before any

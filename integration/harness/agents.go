@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
@@ -76,7 +77,7 @@ func (p *TestPlugin) Start() {
 		// published must not leave mounts behind in its temp dirs (bind
 		// mounts are covered by the hostdir package's own tests).
 		MountMethod: hostdir.MountSymlink,
-		Logger: testLogger(p.t, "plugin-"+p.Name),
+		Logger:      testLogger(p.t, "plugin-"+p.Name),
 	})
 	if err != nil {
 		p.t.Fatalf("plugin %s: %v", p.Name, err)
@@ -189,4 +190,21 @@ func (tc *TestClient) NodeID() string {
 		tc.c.t.Fatalf("client %s is not running", tc.Name)
 	}
 	return tc.a.NodeID()
+}
+
+// NodeIDOffline is the node ID kept in the agent's data dir, readable while
+// the agent is stopped.
+func (tc *TestClient) NodeIDOffline() string {
+	tc.c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(tc.DataDir, "node-identity.json"))
+	if err != nil {
+		tc.c.t.Fatal(err)
+	}
+	var id struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		tc.c.t.Fatal(err)
+	}
+	return id.ID
 }
