@@ -82,7 +82,7 @@ func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
 	}
 	return &Watcher{
 		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi,
-		pluginLocks: map[string]*sync.Mutex{},
+		pluginLocks: map[string]*sync.Mutex{}, vols: map[string]*volumeWork{},
 	}
 }
 
@@ -104,6 +104,9 @@ func (w *Watcher) SetEnabled(enabled bool) {
 		}
 		w.mu.Unlock()
 		w.wg.Wait()
+		w.mu.Lock()
+		w.vols, w.ready = map[string]*volumeWork{}, nil
+		w.mu.Unlock()
 		w.logger.Info("release workers stopped")
 		return
 	}

@@ -1,0 +1,203 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/structs"
+)
+
+// localFSM applies entries straight to a real FSM: the watcher's Applier
+// and StateSource without Raft or a network.
+type localFSM struct {
+	mu    sync.Mutex
+	f     *fsm.FSM
+	index uint64
+}
+
+func newLocalFSM() *localFSM { return &localFSM{f: fsm.New(nil)} }
+
+func (l *localFSM) State() *fsm.StateStore { return l.f.State() }
+
+func (l *localFSM) Apply(t structs.MessageType, msg any) (any, uint64, error) {
+	buf, err := structs.Encode(t, msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.index++
+	resp := l.f.Apply(&raft.Log{Index: l.index, Data: buf})
+	if err, ok := resp.(error); ok {
+		return nil, l.index, err
+	}
+	return resp, l.index, nil
+}
+
+func (l *localFSM) must(t *testing.T, mt structs.MessageType, msg any) any {
+	t.Helper()
+	resp, _, err := l.Apply(mt, msg)
+	if err != nil {
+		t.Fatalf("apply %d: %v", mt, err)
+	}
+	return resp
+}
+
+// recordingCSI counts the detach calls and fails node detaches on demand.
+type recordingCSI struct {
+	mu        sync.Mutex
+	calls     []string
+	nodeFails int
+}
+
+func (r *recordingCSI) NodeDetachVolume(a *structs.ClientCSINodeDetachRequest, _ *structs.ClientCSINodeDetachResponse) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodeFails > 0 {
+		r.nodeFails--
+		r.calls = append(r.calls, "node-fail "+a.AllocID)
+		return structs.NewError(structs.CodeUnavailable, "node plugin missing")
+	}
+	r.calls = append(r.calls, "node "+a.AllocID)
+	return nil
+}
+
+func (r *recordingCSI) ControllerDetachVolume(a *structs.ClientCSIControllerDetachRequest, _ *structs.ClientCSIControllerDetachResponse) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "controller "+a.ExternalNodeID)
+	return nil
+}
+
+func (r *recordingCSI) log() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+// setup: one node running plugin p (controller required), one volume with a
+// write claim by alloc a1 that is then reported complete (a past claim with
+// a pending eval).
+func setup(t *testing.T, l *localFSM) {
+	t.Helper()
+	info := &structs.CSIInfo{PluginID: "p", Healthy: true, RequiresControllerPlugin: true, ExternalNodeID: "ext-n1"}
+	l.must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
+		ID: "n1", SecretID: "s", Status: structs.NodeStatusReady,
+		CSINodePlugins: map[string]*structs.CSIInfo{"p": info}, CSIControllerPlugins: map[string]*structs.CSIInfo{"p": info},
+	}})
+	l.must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
+		ID: "v1", ExternalID: "e1", PluginID: "p", AccessMode: structs.AccessModeSingleNodeWriter,
+		AttachmentMode: structs.AttachmentModeFilesystem}}})
+	l.must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
+		ID: "a1", NodeID: "n1", Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}}})
+	resp := l.must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{{
+		VolumeID: "v1", AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite}}}).(*structs.ClaimBatchResponse)
+	if err := resp.Results[0].Err(); err != nil {
+		t.Fatal(err)
+	}
+	l.must(t, structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1",
+		Allocs: []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete}}})
+}
+
+func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", timeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func freed(l *localFSM) error {
+	v, _ := l.State().VolumeByID(nil, "v1")
+	if v.HasClaims() {
+		return fmt.Errorf("claims exp: none got: past=%v", v.PastClaims)
+	}
+	evals, _ := l.State().EvalsByStatus(nil, structs.EvalStatusPending)
+	if len(evals) > 0 {
+		return fmt.Errorf("pending evals exp: 0 got: %d", len(evals))
+	}
+	return nil
+}
+
+func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
+	l := newLocalFSM()
+	setup(t, l)
+	csi := &recordingCSI{}
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
+	w.SetEnabled(true)
+	defer w.SetEnabled(false)
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1]"; got != exp {
+		t.Fatalf("calls exp: %s got: %s", exp, got)
+	}
+}
+
+func TestWatcher_FailedNodeDetachRetriesWithBackoffAndNeverDetachesController(t *testing.T) {
+	l := newLocalFSM()
+	setup(t, l)
+	csi := &recordingCSI{nodeFails: 3}
+	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, csi)
+	w.SetEnabled(true)
+	defer w.SetEnabled(false)
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	exp := "[node-fail a1 node-fail a1 node-fail a1 node a1 controller ext-n1]"
+	if got := fmt.Sprint(csi.log()); got != exp {
+		t.Fatalf("calls exp: %s got: %s", exp, got)
+	}
+}
+
+func TestWatcher_DisabledDoesNothingAndReEnableResumes(t *testing.T) {
+	l := newLocalFSM()
+	setup(t, l)
+	csi := &recordingCSI{nodeFails: 1000}
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, csi)
+	w.SetEnabled(true)
+	waitFor(t, 5*time.Second, func() error {
+		if w.Status()["v1"].Attempts < 2 {
+			return errors.New("no retries yet")
+		}
+		return nil
+	})
+	w.SetEnabled(false)
+	n := len(csi.log())
+	if st := w.Status(); len(st) != 0 {
+		t.Fatalf("status after disable exp: empty got: %v", st)
+	}
+	// Disabled: no call may happen (an observation window is the only way
+	// to see an absence).
+	time.Sleep(50 * time.Millisecond)
+	if m := len(csi.log()); m != n {
+		t.Fatalf("calls while disabled exp: %d got: %d", n, m)
+	}
+	csi.mu.Lock()
+	csi.nodeFails = 0
+	csi.mu.Unlock()
+	w.SetEnabled(true) // a new leader: re-scans the pending eval
+	defer w.SetEnabled(false)
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+}
+
+func TestBackoff_GrowsAndIsCapped(t *testing.T) {
+	w := New(Config{BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}, nil, nil, nil)
+	for attempt, max := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 4: 800 * time.Millisecond, 10: time.Second} {
+		for i := 0; i < 50; i++ {
+			d := w.backoff(attempt)
+			if d < max/2 || d > max {
+				t.Fatalf("backoff(%d) exp: in [%s, %s] got: %s", attempt, max/2, max, d)
+			}
+		}
+	}
+}
