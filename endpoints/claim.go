@@ -37,16 +37,19 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 		spec.ReadClaims, spec.WriteClaims, spec.PastClaims = nil, nil, nil
 		reply.Volume = spec
 	}
-	if !res.New {
-		return nil
-	}
-	return v.controllerPublish(res.Claim, reply)
+	return v.ensurePublished(res.Claim, reply)
 }
 
-// controllerPublish runs ControllerPublish for a new claim when the plugin
-// requires it. If the publish fails, the claim is released at once so that
-// the server-driven detach cleans up whatever the plugin half did.
-func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
+// ensurePublished makes sure a live claim on a plugin that needs a
+// controller has been controller-published before the node may stage it. A
+// new claim is published here. A re-claim whose claim is not published yet
+// gets a retryable "in progress" while the publish runs on this server, or
+// publishes itself when no one is publishing it (the server that started
+// died or lost leadership before recording it).
+func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
+	if claim.ControllerPublished {
+		return nil
+	}
 	state := v.srv.State()
 	vol, err := state.VolumeByID(nil, claim.VolumeID)
 	if err != nil || vol == nil {
@@ -58,6 +61,30 @@ func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeCl
 	}
 	if plug == nil || !plug.ControllerRequired {
 		return nil
+	}
+	done, ok := v.srv.Publishes().Begin(claim.VolumeID + "/" + claim.AllocID)
+	if !ok {
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+			"controller publish of volume %q for alloc %q is in progress; retry", claim.VolumeID, claim.AllocID))
+	}
+	defer done()
+	// It may have been published while we waited for the tracker.
+	if vol, err = state.VolumeByID(nil, claim.VolumeID); err == nil && vol != nil {
+		if c := vol.LiveClaim(claim.AllocID); c != nil && c.ControllerPublished {
+			reply.Claim = c.Copy()
+			return nil
+		}
+	}
+	return v.controllerPublish(claim, reply)
+}
+
+// controllerPublish runs ControllerPublish for a claim and records it. If
+// the publish fails, the claim is released at once so that the
+// server-driven detach cleans up whatever the plugin half did.
+func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
+	vol, err := v.srv.State().VolumeByID(nil, claim.VolumeID)
+	if err != nil || vol == nil {
+		return err
 	}
 	attach := &structs.ClientCSIControllerAttachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
@@ -83,7 +110,7 @@ func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeCl
 	cp := &structs.ClaimCheckpointRequest{
 		VolumeID: claim.VolumeID, AllocID: claim.AllocID,
 		State: structs.ClaimStateTaken, ExpectedState: structs.ClaimStateTaken,
-		PublishContext: attached.PublishContext,
+		PublishContext: attached.PublishContext, ControllerPublished: true,
 	}
 	resp, index, err := v.srv.Apply(structs.ClaimCheckpointRequestType, cp)
 	if err != nil {

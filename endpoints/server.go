@@ -47,6 +47,8 @@ type Server interface {
 	// Watcher is the leader's release worker; Heartbeats its node timers.
 	Watcher() *watcher.Watcher
 	Heartbeats() *watcher.Heartbeats
+	// Publishes tracks the controller publishes in flight on this server.
+	Publishes() *PublishTracker
 }
 
 // NewClientCSI gives the server (and its watcher) the ClientCSI shim

@@ -48,13 +48,17 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
 			"%s is %s: a checkpoint to %s would move it backwards", name, c.State, req.State))
 	case next == cur:
-		if req.State != structs.ClaimStateTaken || len(req.PublishContext) == 0 ||
-			maps.Equal(c.PublishContext, req.PublishContext) {
+		if req.State != structs.ClaimStateTaken ||
+			(len(req.PublishContext) == 0 || maps.Equal(c.PublishContext, req.PublishContext)) &&
+				(!req.ControllerPublished || c.ControllerPublished) {
 			return &structs.ClaimCheckpointResponse{Claim: c.Copy()}, nil
 		}
 		v := cowVolume(old, tx.index)
 		nc := c.Copy()
-		nc.PublishContext = maps.Clone(req.PublishContext)
+		if len(req.PublishContext) > 0 {
+			nc.PublishContext = maps.Clone(req.PublishContext)
+		}
+		nc.ControllerPublished = nc.ControllerPublished || req.ControllerPublished
 		nc.ModifyIndex = tx.index
 		if nc.Mode == structs.ClaimModeWrite {
 			v.WriteClaims[nc.AllocID] = nc

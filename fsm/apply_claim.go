@@ -79,8 +79,11 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	// twice (S5).
 	if c := old.Claim(a.ID); c != nil {
 		if c.State != structs.ClaimStateTaken {
-			return nil, false, structs.NewError(structs.CodeConflict, fmt.Sprintf(
-				"alloc %q's claim on volume %q is being released (%s)", a.ID, old.ID, c.State))
+			// Retryable: once the old claim is freed (its controller
+			// publish failed, or an operator detached it) the alloc may
+			// claim afresh, and that claim is new and published again.
+			return nil, false, structs.NewError(structs.CodeMaxClaims, fmt.Sprintf(
+				"alloc %q's earlier claim on volume %q is being released (%s); retry once it is freed", a.ID, old.ID, c.State))
 		}
 		if c.Mode != r.Mode {
 			return nil, false, structs.NewError(structs.CodeConflict, fmt.Sprintf(

@@ -347,10 +347,11 @@ func TestClaim_ReleaseMakesPastClaimAndEval(t *testing.T) {
 	if v := h.volume("v1"); v.ModifyIndex != idx {
 		t.Fatalf("idempotent releases: exp: volume unchanged at %d got: %d", idx, v.ModifyIndex)
 	}
-	// A re-claim while the old claim is being released is a conflict.
+	// A re-claim while the old claim is being released waits: retryable
+	// max_claims, so the alloc claims afresh once the old one is freed.
 	r = h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", NodeID: "n1", Mode: "write"})[0]
-	if !errors.Is(r.Err(), structs.ErrConflict) {
-		t.Fatalf("re-claim while past: exp: conflict got: %v", r.Err())
+	if !errors.Is(r.Err(), structs.ErrMaxClaims) {
+		t.Fatalf("re-claim while past: exp: max_claims got: %v", r.Err())
 	}
 }
 

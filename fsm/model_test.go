@@ -244,7 +244,10 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 		return structs.CodeInvalid, false
 	}
 	if c := cs[r.AllocID]; c != nil {
-		if c.past() || c.mode != r.Mode {
+		if c.past() {
+			return structs.CodeMaxClaims, false
+		}
+		if c.mode != r.Mode {
 			return structs.CodeConflict, false
 		}
 		return okCode, false

@@ -126,8 +126,8 @@ func (e *csiEnv) sessionHolders(t *testing.T, nodeID string) ([]*harness.TestSer
 		}
 	}
 	reg := e.c.NodeConnHolders(nodeID)
-	if fmt.Sprint(names(reg)) != fmt.Sprint(names(out)) {
-		return nil, fmt.Errorf("holders of %s by registry exp: %v (as HasNodeConn says) got: %v", nodeID, names(out), names(reg))
+	if fmt.Sprint(serverNames(reg)) != fmt.Sprint(serverNames(out)) {
+		return nil, fmt.Errorf("holders of %s by registry exp: %v (as HasNodeConn says) got: %v", nodeID, serverNames(out), serverNames(reg))
 	}
 	return out, nil
 }
@@ -143,7 +143,7 @@ func (e *csiEnv) waitSession(t *testing.T, nodeID string, want, not *harness.Tes
 			return err
 		}
 		if len(hs) != 1 {
-			return fmt.Errorf("servers holding node %s's session exp: exactly one got: %v", nodeID, names(hs))
+			return fmt.Errorf("servers holding node %s's session exp: exactly one got: %v", nodeID, serverNames(hs))
 		}
 		if want != nil && hs[0] != want {
 			return fmt.Errorf("server holding node %s's session exp: %s got: %s", nodeID, want.Name, hs[0].Name)
@@ -157,7 +157,7 @@ func (e *csiEnv) waitSession(t *testing.T, nodeID string, want, not *harness.Tes
 	return holder
 }
 
-func names(ss []*harness.TestServer) []string {
+func serverNames(ss []*harness.TestServer) []string {
 	out := make([]string, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, s.Name)
@@ -194,6 +194,9 @@ func (e *csiEnv) waitAlloc(t *testing.T, cl *api.Client, allocID string, want st
 		if err != nil {
 			return err
 		}
+		if a.ClientStatus != want && a.Terminal() {
+			t.Fatalf("alloc %s client status exp: %s got: %s, final (%s)", allocID, want, a.ClientStatus, a.ClientDescription)
+		}
 		if a.ClientStatus != want {
 			return fmt.Errorf("alloc %s client status exp: %s got: %s (%s)", allocID, want, a.ClientStatus, a.ClientDescription)
 		}
@@ -211,7 +214,7 @@ func (e *csiEnv) volume(t *testing.T, cl *api.Client, id string) *structs.Volume
 }
 
 // attachReq is a controller publish of ext-<vol> to ext-<worker>.
-func attachReq(ctrlNode, plugin, vol, worker string) *structs.ClientCSIControllerAttachRequest {
+func csiAttachReq(ctrlNode, plugin, vol, worker string) *structs.ClientCSIControllerAttachRequest {
 	return &structs.ClientCSIControllerAttachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: ctrlNode, PluginID: plugin},
 		VolumeID:           vol, ExternalID: "ext-" + vol, ExternalNodeID: "ext-" + worker,
@@ -219,7 +222,7 @@ func attachReq(ctrlNode, plugin, vol, worker string) *structs.ClientCSIControlle
 	}
 }
 
-func attach(t *testing.T, cl *api.Client, req *structs.ClientCSIControllerAttachRequest) (*structs.ClientCSIControllerAttachResponse, error) {
+func csiAttach(t *testing.T, cl *api.Client, req *structs.ClientCSIControllerAttachRequest) (*structs.ClientCSIControllerAttachResponse, error) {
 	t.Helper()
 	var resp structs.ClientCSIControllerAttachResponse
 	err := cl.Call(harness.Ctx(t, 30*time.Second), "ClientCSI.ControllerAttachVolume", req, &resp)
@@ -247,7 +250,7 @@ func failedCalls(entries []hostdir.AuditEntry, method, vol string) int {
 
 // checkErr fails unless err has the code of want and its text contains
 // every one of parts.
-func checkErr(t *testing.T, what string, err, want error, parts ...string) {
+func checkCodedErr(t *testing.T, what string, err, want error, parts ...string) {
 	t.Helper()
 	if !errors.Is(err, want) {
 		t.Fatalf("%s exp: %v got: %v", what, want, err)
@@ -289,7 +292,7 @@ func TestClientCSI_ClaimViaFollower_PublishesOnControllerOfAnotherServer(t *test
 	}
 	e.checkLeader(t)
 	if hs := e.c.NodeConnHolders(ctrl); len(hs) != 1 || hs[0] != f1 {
-		t.Fatalf("controller session holder after the claims exp: [%s] (not the leader %s) got: %v", f1.Name, e.leader.Name, names(hs))
+		t.Fatalf("controller session holder after the claims exp: [%s] (not the leader %s) got: %v", f1.Name, e.leader.Name, serverNames(hs))
 	}
 
 	// The controller published each new claim once, to the worker.
@@ -400,7 +403,7 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 	before := len(e.plugins["w1"].Audit())
 	for _, s := range []*harness.TestServer{f2, e.leader} {
 		err := call(s, "ClientCSI.NodeDetachVolume", &fwd)
-		checkErr(t, "forwarded node call at "+s.Name+" (no session)", err, structs.ErrUnavailable, "not connected to this server")
+		checkCodedErr(t, "forwarded node call at "+s.Name+" (no session)", err, structs.ErrUnavailable, "not connected to this server")
 	}
 	if after := len(e.plugins["w1"].Audit()); after != before {
 		t.Fatalf("plugin calls on w1 after refused forwarded calls exp: %d (none new) got: %d", before, after)
@@ -427,7 +430,7 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 	cfwd := cdetach
 	cfwd.ControllerNodeID, cfwd.Forwarded = ctrl, true
 	err := call(f1, "ClientCSI.ControllerDetachVolume", &cfwd)
-	checkErr(t, "forwarded controller call at a follower (no session)", err, structs.ErrUnavailable, "not connected to this server")
+	checkCodedErr(t, "forwarded controller call at a follower (no session)", err, structs.ErrUnavailable, "not connected to this server")
 	if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "", "", "", ""); n != 1 {
 		t.Fatalf("ControllerUnpublish calls after a refused forwarded call exp: 1 got: %d", n)
 	}
@@ -437,12 +440,12 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 	e.clients["w1"].Stop()
 	harness.WaitFor(t, applyWait, func() error {
 		if hs := e.c.NodeConnHolders(w1); len(hs) != 0 {
-			return fmt.Errorf("holders of a stopped agent's session exp: none got: %v", names(hs))
+			return fmt.Errorf("holders of a stopped agent's session exp: none got: %v", serverNames(hs))
 		}
 		return nil
 	})
 	err = call(f2, "ClientCSI.NodeDetachVolume", &detach)
-	checkErr(t, "node call for a node connected nowhere", err, structs.ErrUnavailable, "not connected to any server")
+	checkCodedErr(t, "node call for a node connected nowhere", err, structs.ErrUnavailable, "not connected to any server")
 }
 
 // A controller call naming a controller node that does not run a healthy
@@ -458,27 +461,27 @@ func TestClientCSI_ControllerNodeWithoutPlugin_IsRefused(t *testing.T) {
 	w1, ctrl := e.nodeID("w1"), e.nodeID("ctrl")
 	cl := e.apis[f1.Name] // a follower
 
-	_, err := attach(t, cl, attachReq(w1, "hostdir", "v1", "w1"))
-	checkErr(t, "controller attach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1, "hostdir")
-	_, err = attach(t, cl, attachReq("no-such-node", "hostdir", "v1", "w1"))
-	checkErr(t, "controller attach naming an unknown node", err, structs.ErrInvalid, "controller_node_id", "no-such-node")
-	_, err = attach(t, cl, attachReq(ctrl, "nope", "v1", "w1"))
-	checkErr(t, "controller attach for an unknown plugin", err, structs.ErrNotFound, "plugin", "nope")
-	_, err = attach(t, cl, attachReq("", "", "v1", "w1"))
-	checkErr(t, "controller attach without a plugin", err, structs.ErrInvalid, "plugin_id")
+	_, err := csiAttach(t, cl, csiAttachReq(w1, "hostdir", "v1", "w1"))
+	checkCodedErr(t, "controller attach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1, "hostdir")
+	_, err = csiAttach(t, cl, csiAttachReq("no-such-node", "hostdir", "v1", "w1"))
+	checkCodedErr(t, "controller attach naming an unknown node", err, structs.ErrInvalid, "controller_node_id", "no-such-node")
+	_, err = csiAttach(t, cl, csiAttachReq(ctrl, "nope", "v1", "w1"))
+	checkCodedErr(t, "controller attach for an unknown plugin", err, structs.ErrNotFound, "plugin", "nope")
+	_, err = csiAttach(t, cl, csiAttachReq("", "", "v1", "w1"))
+	checkCodedErr(t, "controller attach without a plugin", err, structs.ErrInvalid, "plugin_id")
 	var dreply structs.ClientCSIControllerDetachResponse
 	err = cl.Call(harness.Ctx(t, 30*time.Second), "ClientCSI.ControllerDetachVolume", &structs.ClientCSIControllerDetachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: w1, PluginID: "hostdir"},
 		VolumeID:           "v1", ExternalID: "ext-v1", ExternalNodeID: "ext-w1"}, &dreply)
-	checkErr(t, "controller detach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1)
+	checkCodedErr(t, "controller detach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1)
 
 	// A call marked forwarded skips the servers' check; the agent itself
 	// refuses a controller call for a plugin it runs only as a node plugin.
 	holder := e.waitSession(t, w1, f1, nil)
-	fwd := attachReq(w1, "hostdir", "v1", "w1")
+	fwd := csiAttachReq(w1, "hostdir", "v1", "w1")
 	fwd.Forwarded = true
-	_, err = attach(t, e.apis[holder.Name], fwd)
-	checkErr(t, "forwarded controller attach delivered to a node-only agent", err, structs.ErrInvalid, "plugin_id", "controller")
+	_, err = csiAttach(t, e.apis[holder.Name], fwd)
+	checkCodedErr(t, "forwarded controller attach delivered to a node-only agent", err, structs.ErrInvalid, "plugin_id", "controller")
 
 	for name, p := range e.plugins {
 		if n := csiCalls(p.Audit(), "ControllerPublishVolume", "", "", "", "") +
@@ -489,7 +492,7 @@ func TestClientCSI_ControllerNodeWithoutPlugin_IsRefused(t *testing.T) {
 
 	// Naming the controller node, or none, reaches it.
 	for _, named := range []string{ctrl, ""} {
-		resp, err := attach(t, cl, attachReq(named, "hostdir", "v1", "w1"))
+		resp, err := csiAttach(t, cl, csiAttachReq(named, "hostdir", "v1", "w1"))
 		if err != nil {
 			t.Fatalf("controller attach naming %q exp: success got: %v", named, err)
 		}
@@ -519,7 +522,7 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 
 	// c1 fails once with Unavailable: the call that named it is answered by c2.
 	e.plugins["c1"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1}})
-	resp, err := attach(t, cl, attachReq(c1, "hostdir", "v1", "w1"))
+	resp, err := csiAttach(t, cl, csiAttachReq(c1, "hostdir", "v1", "w1"))
 	if err != nil || resp.ControllerNodeID != c2 {
 		t.Fatalf("attach naming c1 while c1 is unavailable exp: answered by c2 (%s) got: %+v %v", c2, resp, err)
 	}
@@ -533,8 +536,8 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 	// c1 refuses (FailedPrecondition → conflict): not retried on c2.
 	e.plugins["c1"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1},
 		FailCode: map[string]string{"ControllerPublishVolume": "FailedPrecondition"}})
-	_, err = attach(t, cl, attachReq(c1, "hostdir", "v2", "w1"))
-	checkErr(t, "attach refused by the named controller", err, structs.ErrConflict)
+	_, err = csiAttach(t, cl, csiAttachReq(c1, "hostdir", "v2", "w1"))
+	checkCodedErr(t, "attach refused by the named controller", err, structs.ErrConflict)
 	if n := csiCalls(e.plugins["c2"].Audit(), "ControllerPublishVolume", "ext-v2", "", "", ""); n != 0 {
 		t.Fatalf("ControllerPublish of v2 on c2 after c1 refused exp: 0 got: %d", n)
 	}
@@ -546,10 +549,10 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 	if p, err := e.plugin(t, cl); err != nil || p.Controllers[c1] == nil || p.Controllers[c1].Healthy {
 		t.Fatalf("c1's controller instance exp: present, unhealthy got: %+v %v", p, err)
 	}
-	_, err = attach(t, cl, attachReq(c1, "hostdir", "v3", "w1"))
-	checkErr(t, "attach naming an unhealthy controller", err, structs.ErrInvalid, "controller_node_id", c1)
+	_, err = csiAttach(t, cl, csiAttachReq(c1, "hostdir", "v3", "w1"))
+	checkCodedErr(t, "attach naming an unhealthy controller", err, structs.ErrInvalid, "controller_node_id", c1)
 	for i := 0; i < 3; i++ {
-		resp, err := attach(t, cl, attachReq("", "hostdir", "v3", "w1"))
+		resp, err := csiAttach(t, cl, csiAttachReq("", "hostdir", "v3", "w1"))
 		if err != nil || resp.ControllerNodeID != c2 {
 			t.Fatalf("attach naming no controller exp: answered by c2 (%s) got: %+v %v", c2, resp, err)
 		}
@@ -562,13 +565,13 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 	// new claim on a plugin that requires one.
 	e.plugins["c2"].Stop()
 	e.waitPlugin(t, 1, 0)
-	_, err = attach(t, cl, attachReq("", "hostdir", "v4", "w1"))
-	checkErr(t, "attach with no healthy controller", err, structs.ErrUnschedulable, "no healthy controller")
+	_, err = csiAttach(t, cl, csiAttachReq("", "hostdir", "v4", "w1"))
+	checkCodedErr(t, "attach with no healthy controller", err, structs.ErrUnschedulable, "no healthy controller")
 	e.register(t, cl, "v4", structs.AccessModeSingleNodeWriter)
 	e.place(t, cl, "a4", "w1", "v4")
 	_, err = cl.Claim(harness.Ctx(t, 30*time.Second), &structs.VolumeClaimRequest{
 		VolumeID: "v4", AllocID: "a4", NodeID: e.nodeID("w1"), Mode: structs.ClaimModeWrite})
-	checkErr(t, "claim with no healthy controller", err, structs.ErrUnschedulable, "controller")
+	checkCodedErr(t, "claim with no healthy controller", err, structs.ErrUnschedulable, "controller")
 }
 
 // A client agent that loses its server moves its session to another and
@@ -635,7 +638,7 @@ func TestClientAgent_LosesServer_ReconnectsAndKeepsNode(t *testing.T) {
 		t.Fatalf("alloc a1 after the failover exp: still running got: %+v %v", a, err)
 	}
 	if hs := e.c.NodeConnHolders(w1); len(hs) != 1 || hs[0] != holder {
-		t.Fatalf("session holder after heartbeats exp: [%s] got: %v", holder.Name, names(hs))
+		t.Fatalf("session holder after heartbeats exp: [%s] got: %v", holder.Name, serverNames(hs))
 	}
 
 	// A new allocation runs on the node, mounting through its plugin.
@@ -675,7 +678,7 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 	e.place(t, cl, "a1", "w1", "v1")
 	_, err = cl.Claim(harness.Ctx(t, 30*time.Second), &structs.VolumeClaimRequest{
 		VolumeID: "v1", AllocID: "a1", NodeID: w1, Mode: structs.ClaimModeWrite})
-	checkErr(t, "claim on a node whose plugin is unhealthy", err, structs.ErrUnschedulable, "no healthy node plugin", w1)
+	checkCodedErr(t, "claim on a node whose plugin is unhealthy", err, structs.ErrUnschedulable, "no healthy node plugin", w1)
 
 	// The agent keeps trying and being refused: the allocation stays
 	// pending (watched by blocking query: any change wakes it) and the
@@ -709,9 +712,6 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 // agent retries the claim, which is new again and published again, and
 // the allocation runs (DESIGN.md §5, Claim).
 func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing.T) {
-	t.Skip("known bug: after a failed ControllerPublish the server releases the claim and answers unavailable " +
-		"(endpoints/claim.go controllerPublish); the agent's retry then gets conflict \"claim is being released\" " +
-		"(fsm/apply_claim.go takeClaim), which it treats as permanent, so the allocation fails")
 	e := newCSIEnv(t)
 	f1, f2 := e.followers(t)
 	e.addNode(t, "w1", hostdir.ModeNode, f1)
@@ -746,9 +746,6 @@ func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing
 // stage or publish the volume before ControllerPublish finished (the CSI
 // order, and the publish context the node needs comes from it).
 func TestClientCSI_ClaimRetriedDuringControllerPublish_NodeStagesAfterPublish(t *testing.T) {
-	t.Skip("known bug: a re-claim while the first claim's ControllerPublish is still running returns the taken " +
-		"claim, not new and without publish context (endpoints/claim.go Claim: !res.New returns at once), so the " +
-		"agent stages and publishes before ControllerPublish finished")
 	e := newCSIEnv(t)
 	f1, _ := e.followers(t)
 	e.addNode(t, "w1", hostdir.ModeNode, f1)

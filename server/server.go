@@ -41,6 +41,7 @@ type Server struct {
 	nodes    *forward.NodeRouter
 	watcher  *watcher.Watcher
 	beats    *watcher.Heartbeats
+	pubs     *endpoints.PublishTracker
 
 	// leaderChanged is closed and replaced at every leadership change this
 	// server observes, waking requests held for a leader.
@@ -143,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers)
 	s.boot = newBootstrapper(s)
 	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
+	s.pubs = endpoints.NewPublishTracker()
 	s.watcher = watcher.New(watcher.Config{
 		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
 		GCInterval: cfg.ClaimGCInterval, Logger: s.logger,
@@ -389,3 +391,6 @@ func (s *Server) Watcher() *watcher.Watcher { return s.watcher }
 
 // Heartbeats implements endpoints.Server.
 func (s *Server) Heartbeats() *watcher.Heartbeats { return s.beats }
+
+// Publishes implements endpoints.Server.
+func (s *Server) Publishes() *endpoints.PublishTracker { return s.pubs }

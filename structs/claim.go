@@ -62,6 +62,10 @@ type Claim struct {
 	// here instead of publishing again (ControllerPublish only for new
 	// claims, S5).
 	PublishContext map[string]string `json:"publish_context,omitempty"`
+	// ControllerPublished is set once ControllerPublish succeeded for this
+	// claim (recorded by a taken checkpoint). Until then a node must not
+	// stage the volume: a re-claim answers "publish in progress".
+	ControllerPublished bool `json:"controller_published,omitempty"`
 	// ForcedSkip is set when an operator forced a checkpoint past a step
 	// that had not succeeded (`volume detach -force`).
 	ForcedSkip bool `json:"forced_skip,omitempty"`
@@ -208,6 +212,9 @@ type ClaimCheckpointRequest struct {
 	ExpectedState ClaimState
 	// PublishContext is stored on a live claim by a taken checkpoint.
 	PublishContext map[string]string
+	// ControllerPublished, on a taken checkpoint, records that the
+	// controller published the claim (the context may be empty).
+	ControllerPublished bool
 	// ForcedSkip allows moving past node-detached without having been there
 	// (the operator's -force); it is recorded on the claim.
 	ForcedSkip bool
@@ -231,7 +238,7 @@ func (r *ClaimCheckpointRequest) Validate() error {
 	if r.ExpectedState != "" && !r.ExpectedState.Valid() {
 		return Invalid("expected_state", fmt.Sprintf("%q is not one of %v", r.ExpectedState, ClaimStates))
 	}
-	if len(r.PublishContext) > 0 && r.State != ClaimStateTaken {
+	if (len(r.PublishContext) > 0 || r.ControllerPublished) && r.State != ClaimStateTaken {
 		return Invalid("publish_context", "only a taken checkpoint may carry one")
 	}
 	return validateStringMap("publish_context", r.PublishContext)
