@@ -77,3 +77,10 @@ func (c *Client) StateDigest(ctx context.Context) (*structs.StateDigest, error) 
 	err := c.Call(ctx, "Status.StateDigest", &structs.EmptyArgs{}, &out)
 	return &out, err
 }
+
+// Runtime reports the connected server's goroutines and heap.
+func (c *Client) Runtime(ctx context.Context) (*structs.RuntimeStats, error) {
+	var out structs.RuntimeStats
+	err := c.Call(ctx, "Status.Runtime", &structs.EmptyArgs{}, &out)
+	return &out, err
+}

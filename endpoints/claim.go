@@ -68,6 +68,10 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 			"controller publish of volume %q for alloc %q is in progress; retry", claim.VolumeID, claim.AllocID))
 	}
 	defer done()
+	// No unpublish of this volume from this node may run while we publish
+	// (see watcher.AttachLocks).
+	unlock := v.srv.AttachLocks().Lock(claim.VolumeID, claim.NodeID)
+	defer unlock()
 	// It may have been published while we waited for the tracker.
 	if vol, err = state.VolumeByID(nil, claim.VolumeID); err == nil && vol != nil {
 		if c := vol.LiveClaim(claim.AllocID); c != nil && c.ControllerPublished {

@@ -49,6 +49,8 @@ type Server interface {
 	Heartbeats() *watcher.Heartbeats
 	// Publishes tracks the controller publishes in flight on this server.
 	Publishes() *PublishTracker
+	// AttachLocks serialise publish and unpublish of one volume on one node.
+	AttachLocks() *watcher.AttachLocks
 }
 
 // NewClientCSI gives the server (and its watcher) the ClientCSI shim

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"runtime"
 	"sort"
 
 	"github.com/claimd/claimd/structs"
@@ -77,4 +78,13 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// Runtime reports this server process's goroutines and heap (never
+// forwarded).
+func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) error {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	netrpc "net/rpc"
+	"reflect"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -118,7 +119,11 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 	if err != nil {
 		return notSent(err)
 	}
-	call := c.Go(method, args, reply, make(chan *netrpc.Call, 1))
+	// Decode into a fresh value and copy it out only on success: after a
+	// timeout the stream's reader may still fill the reply in, and the
+	// caller must never see (or race with) that late write.
+	fresh := freshReply(reply)
+	call := c.Go(method, args, fresh, make(chan *netrpc.Call, 1))
 	select {
 	case <-call.Done:
 	case <-ctx.Done():
@@ -130,6 +135,7 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 	switch {
 	case call.Error == nil:
 		m.release(c)
+		copyReply(reply, fresh)
 		return nil
 	case errors.As(call.Error, &se):
 		m.release(c)
@@ -154,4 +160,22 @@ func (e transportError) Unwrap() []error { return []error{e.coded, ErrTransport}
 
 func notSent(err error) error {
 	return notSentError{coded: structs.NewError(structs.CodeUnavailable, err.Error())}
+}
+
+// freshReply returns a new zero value of what reply points to (reply itself
+// when it is not a non-nil pointer).
+func freshReply(reply any) any {
+	v := reflect.ValueOf(reply)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return reply
+	}
+	return reflect.New(v.Type().Elem()).Interface()
+}
+
+// copyReply stores *fresh into *reply.
+func copyReply(reply, fresh any) {
+	if reply == fresh {
+		return
+	}
+	reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(fresh).Elem())
 }

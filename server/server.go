@@ -42,6 +42,7 @@ type Server struct {
 	watcher  *watcher.Watcher
 	beats    *watcher.Heartbeats
 	pubs     *endpoints.PublishTracker
+	attach   *watcher.AttachLocks
 
 	// leaderChanged is closed and replaced at every leadership change this
 	// server observes, waking requests held for a leader.
@@ -145,9 +146,10 @@ func New(cfg Config) (*Server, error) {
 	s.boot = newBootstrapper(s)
 	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
 	s.pubs = endpoints.NewPublishTracker()
+	s.attach = watcher.NewAttachLocks()
 	s.watcher = watcher.New(watcher.Config{
 		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
-		GCInterval: cfg.ClaimGCInterval, Logger: s.logger,
+		GCInterval: cfg.ClaimGCInterval, Attach: s.attach, Logger: s.logger,
 	}, s, s, endpoints.NewClientCSI(s))
 	s.beats = watcher.NewHeartbeats(s, s, s.HeartbeatTTL(), s.HeartbeatTTL()/2, s.logger)
 	s.AddLeaderDuty(s.watcher)
@@ -394,3 +396,6 @@ func (s *Server) Heartbeats() *watcher.Heartbeats { return s.beats }
 
 // Publishes implements endpoints.Server.
 func (s *Server) Publishes() *endpoints.PublishTracker { return s.pubs }
+
+// AttachLocks implements endpoints.Server.
+func (s *Server) AttachLocks() *watcher.AttachLocks { return s.attach }

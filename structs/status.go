@@ -67,3 +67,10 @@ type StateDigest struct {
 	SHA256       string
 	Bytes        int64
 }
+
+// RuntimeStats is a server process's own health, for operators and the
+// chaos suite's leak checks.
+type RuntimeStats struct {
+	Goroutines int
+	HeapBytes  uint64
+}

@@ -129,13 +129,33 @@ func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) error {
 
 // controllerDetach unpublishes the volume from the claim's node, unless
 // the plugin needs no controller or the node still needs the attachment
-// for another claim (S4).
+// for another claim (S4). The check and the detach happen under the
+// (volume, node) attach lock that new claims' publishes also take.
 func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error {
 	plug, err := w.state.State().PluginByID(nil, vol.PluginID)
 	if err != nil {
 		return err
 	}
-	for _, other := range vol.AllClaims() {
+	if plug == nil {
+		return fmt.Errorf("plugin %q has no instances; waiting for a controller", vol.PluginID)
+	}
+	if !plug.ControllerRequired {
+		return nil
+	}
+	// Hold the attachment of (volume, node) so that no new claim on this
+	// node is published while we decide and detach; decide on fresh state.
+	unlockAttach := w.attach.Lock(vol.ID, c.NodeID)
+	defer unlockAttach()
+	unlockPlugin := w.lockPlugin(vol.PluginID)
+	defer unlockPlugin()
+	fresh, err := w.state.State().VolumeByID(nil, vol.ID)
+	if err != nil {
+		return err
+	}
+	if fresh == nil {
+		return &permanentError{reason: fmt.Sprintf("volume %q was deregistered; nothing can be released", vol.ID)}
+	}
+	for _, other := range fresh.AllClaims() {
 		if other.AllocID == c.AllocID || other.NodeID != c.NodeID {
 			continue
 		}
@@ -148,18 +168,10 @@ func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error 
 			return fmt.Errorf("waiting for alloc %s on the same node to be node-detached first", other.AllocID)
 		}
 	}
-	if plug == nil {
-		return fmt.Errorf("plugin %q has no instances; waiting for a controller", vol.PluginID)
-	}
-	if !plug.ControllerRequired {
-		return nil
-	}
-	unlock := w.lockPlugin(vol.PluginID)
-	defer unlock()
 	req := &structs.ClientCSIControllerDetachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
 		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: c.ExternalNodeID,
-		Secrets: vol.Secrets,
+		Secrets: fresh.Secrets,
 	}
 	return w.csi.ControllerDetachVolume(req, &structs.ClientCSIControllerDetachResponse{})
 }

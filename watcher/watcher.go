@@ -32,7 +32,10 @@ type Config struct {
 	// GCInterval is how often the claim GC looks for past claims with no
 	// pending eval.
 	GCInterval time.Duration
-	Logger     hclog.Logger
+	// Attach is shared with the claim path's ControllerPublish (nil = a
+	// private set, for tests).
+	Attach *AttachLocks
+	Logger hclog.Logger
 }
 
 // Watcher releases past claims. It runs only while enabled (on the leader).
@@ -42,6 +45,7 @@ type Watcher struct {
 	state  StateSource
 	apply  Applier
 	csi    CSI
+	attach *AttachLocks
 
 	pluginMu    sync.Mutex
 	pluginLocks map[string]*sync.Mutex
@@ -80,8 +84,11 @@ func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.Attach == nil {
+		cfg.Attach = NewAttachLocks()
+	}
 	return &Watcher{
-		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi,
+		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi, attach: cfg.Attach,
 		pluginLocks: map[string]*sync.Mutex{}, vols: map[string]*volumeWork{},
 	}
 }

@@ -39,6 +39,9 @@ type agentFlags struct {
 	heartbeatTTL    time.Duration
 	claimGCInterval time.Duration
 	releaseWorkers  int
+	backoffBase     time.Duration
+	backoffMax      time.Duration
+	probeInterval   time.Duration
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -75,6 +78,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", 10*time.Second, "server: how soon client nodes must heartbeat before they are marked down")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", 5*time.Minute, "server: how often the claim GC looks for past claims without an eval")
 	fs.IntVar(&f.releaseWorkers, "release-workers", 16, "server: volumes released in parallel by the leader")
+	fs.DurationVar(&f.backoffBase, "release-backoff-base", time.Second, "server: first retry delay of a failed release (doubles each attempt)")
+	fs.DurationVar(&f.backoffMax, "release-backoff-max", time.Minute, "server: longest retry delay of a failed release")
+	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", 5*time.Second, "client: how often CSI plugins are health-probed")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -149,6 +155,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		agent, err := client.New(client.Config{
 			Servers: servers, DataDir: dataDir, NodeName: f.nodeName, Plugins: f.plugins, Logger: logger,
+			ProbeInterval: f.probeInterval,
 		})
 		if err != nil {
 			return fail(stderr, "start client: %v", err)
@@ -166,17 +173,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 
 func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
 	cfg := server.Config{
-		NodeName:        f.nodeName,
-		DataDir:         f.dataDir,
-		BindAddr:        f.bind,
-		AdvertiseAddr:   f.advertise,
-		BootstrapExpect: f.bootstrapExpect,
-		Join:            splitList(f.join),
-		RaftMultiplier:  f.raftMultiplier,
-		HeartbeatTTL:    f.heartbeatTTL,
-		ClaimGCInterval: f.claimGCInterval,
-		ReleaseWorkers:  f.releaseWorkers,
-		Logger:          logger,
+		NodeName:           f.nodeName,
+		DataDir:            f.dataDir,
+		BindAddr:           f.bind,
+		AdvertiseAddr:      f.advertise,
+		BootstrapExpect:    f.bootstrapExpect,
+		Join:               splitList(f.join),
+		RaftMultiplier:     f.raftMultiplier,
+		HeartbeatTTL:       f.heartbeatTTL,
+		ClaimGCInterval:    f.claimGCInterval,
+		ReleaseWorkers:     f.releaseWorkers,
+		ReleaseBackoffBase: f.backoffBase,
+		ReleaseBackoffMax:  f.backoffMax,
+		Logger:             logger,
 	}
 	return server.New(cfg)
 }
