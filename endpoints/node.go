@@ -100,6 +100,11 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 	}
 	_, index, err := n.srv.Apply(structs.NodeDeregisterRequestType, args)
 	reply.Index = index
+	if err == nil {
+		for _, id := range args.NodeIDs {
+			n.srv.Heartbeats().Remove(id)
+		}
+	}
 	return err
 }
 

@@ -296,8 +296,18 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 		return nil, 0, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("entry is %d bytes, at most %d", len(buf), maxEntryBytes))
 	}
 	f := s.raft.Raft.Apply(buf, applyTimeout)
-	if err := f.Error(); err != nil {
-		return nil, 0, endpoints.RaftError(err)
+	// Wait for the commit, but not past shutdown: an entry that can no
+	// longer reach a quorum must not hold a stopping server (its leader
+	// duties wait for their workers, which may be here).
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, 0, endpoints.RaftError(err)
+		}
+	case <-s.shutdownCh:
+		return nil, 0, structs.ErrShutdown
 	}
 	resp := f.Response()
 	if rerr, ok := resp.(error); ok {

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -66,6 +67,17 @@ func (h *Heartbeats) SetEnabled(enabled bool) {
 	}
 }
 
+// Remove forgets a node's timer (the node was deregistered).
+func (h *Heartbeats) Remove(nodeID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.timers[nodeID]; ok {
+		t.Stop()
+		delete(h.timers, nodeID)
+		delete(h.gens, nodeID)
+	}
+}
+
 // Reset restarts a node's timer after it heartbeats (leader only).
 func (h *Heartbeats) Reset(nodeID string) {
 	h.mu.Lock()
@@ -98,7 +110,11 @@ func (h *Heartbeats) expire(nodeID string, gen uint64) {
 	h.mu.Unlock()
 	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
 	req := &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: structs.NodeStatusDown}
-	if _, _, err := h.apply.Apply(structs.NodeUpdateStatusRequestType, req); err != nil {
+	_, _, err := h.apply.Apply(structs.NodeUpdateStatusRequestType, req)
+	if errors.Is(err, structs.ErrNotFound) {
+		return // deregistered meanwhile: nothing to mark down
+	}
+	if err != nil {
 		h.logger.Error("marking node down failed; will retry", "node", nodeID, "error", err)
 		h.mu.Lock()
 		if h.enabled {

@@ -34,6 +34,7 @@ func commands() map[string]command {
 		"system gc":                     {"run the claim GC now (never waits for stuck releases)", runSystemGC},
 		"volume detach":                 {"release a node's claims on a volume now (-force: node gone for good)", runVolumeDetach},
 		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
+		"bench":                         {"drive a running cluster with claims and report throughput and latency", runBench},
 	}
 }
 

@@ -1,0 +1,192 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/bench"
+	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/structs"
+)
+
+// TestBench_EveryModeAgainstThreeServers runs each mode briefly against
+// an in-process three-server cluster and checks the results are sane:
+// calls counted, no unexpected errors, contended safety held, every
+// released claim freed, and nothing left registered afterwards. It checks
+// no figure: timing belongs to `claimd bench` on a quiet machine.
+func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
+	addrs := mustNewCluster(t)
+
+	t.Run("claim", func(t *testing.T) {
+		rs := mustRun(t, bench.Config{
+			Addresses: addrs[:1], Mode: bench.ModeClaim, Targets: []string{bench.TargetLeader, bench.TargetFollower},
+			Callers: []int{1, 4}, Volumes: 2000, Duration: time.Second, Warmup: 200 * time.Millisecond,
+		})
+		if len(rs) != 4 {
+			t.Fatalf("exp: 4 runs (2 callers × 2 targets) got: %d", len(rs))
+		}
+		for _, r := range rs {
+			if r.Ops == 0 || r.Claims == 0 || r.Releases == 0 || r.OpsPerSec <= 0 {
+				t.Errorf("%s/%d: exp: claims and releases counted got: ops %d claims %d releases %d", r.Target, r.Callers, r.Ops, r.Claims, r.Releases)
+			}
+			if len(r.Errors) != 0 {
+				t.Errorf("%s/%d: exp: no errors got: %v", r.Target, r.Callers, r.Errors)
+			}
+			if r.Latency.Count != int(r.Ops) || r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
+				t.Errorf("%s/%d: exp: ordered percentiles over every call got: %+v", r.Target, r.Callers, r.Latency)
+			}
+			if r.PoolExhausted {
+				t.Errorf("%s/%d: exp: a pool of 2000 pairs lasts a second got: used up", r.Target, r.Callers)
+			}
+		}
+		for _, r := range rs {
+			if (r.Target == bench.TargetLeader) != (r.Address == r.Leader) {
+				t.Errorf("exp: leader runs go to the leader, follower runs elsewhere got: %s run sent to %s, leader %s",
+					r.Target, r.Address, r.Leader)
+			}
+			if !r.Drained {
+				t.Errorf("%s/%d: exp: released claims freed within the drain timeout got: %d left", r.Target, r.Callers, r.Backlog)
+			}
+		}
+		mustBeCleanedUp(t, addrs)
+	})
+
+	t.Run("claim pool used up", func(t *testing.T) {
+		rs := mustRun(t, bench.Config{
+			Addresses: addrs, Mode: bench.ModeClaim, Callers: []int{2}, Volumes: 10, Duration: 5 * time.Second,
+		})
+		r := rs[0]
+		if !r.PoolExhausted || r.Claims != 10 || r.Releases != 10 || r.Seconds >= 5 {
+			t.Errorf("exp: the run stops after 10 pairs got: exhausted %t, %d claims, %d releases in %.1fs",
+				r.PoolExhausted, r.Claims, r.Releases, r.Seconds)
+		}
+		mustBeCleanedUp(t, addrs)
+	})
+
+	t.Run("contended", func(t *testing.T) {
+		rs := mustRun(t, bench.Config{
+			Addresses: addrs, Mode: bench.ModeContended, Callers: []int{6}, Volumes: 2,
+			Duration: 1500 * time.Millisecond, Warmup: 100 * time.Millisecond,
+		})
+		r := rs[0]
+		if r.Wins == 0 || r.Refusals == 0 {
+			t.Errorf("exp: wins and max_claims refusals got: wins %d refusals %d", r.Wins, r.Refusals)
+		}
+		if len(r.Errors) != 0 {
+			t.Errorf("exp: no errors but max_claims got: %v", r.Errors)
+		}
+		if r.Checks == 0 || len(r.Violations) != 0 {
+			t.Errorf("exp: safety checked, no violation got: %d checks, violations %v", r.Checks, r.Violations)
+		}
+		mustBeCleanedUp(t, addrs)
+	})
+
+	t.Run("release", func(t *testing.T) {
+		rs := mustRun(t, bench.Config{
+			Addresses: addrs, Mode: bench.ModeRelease, Callers: []int{8}, Volumes: 40,
+		})
+		r := rs[0]
+		if r.Allocs != 40 || r.Freed != 40 {
+			t.Errorf("exp: 40 allocs stopped and 40 claims freed got: %d stopped, %d freed", r.Allocs, r.Freed)
+		}
+		if r.StopToFreed == nil || r.StopToFreed.Count != 40 || r.FreedPerSec <= 0 {
+			t.Errorf("exp: 40 stop→freed times got: %+v, %.1f/s", r.StopToFreed, r.FreedPerSec)
+		}
+		if len(r.Errors) != 0 {
+			t.Errorf("exp: no errors got: %v", r.Errors)
+		}
+		mustBeCleanedUp(t, addrs)
+	})
+}
+
+// TestWriteMarkdown_OneTablePerMode checks the report renders every mode
+// it is given, once.
+func TestWriteMarkdown_OneTablePerMode(t *testing.T) {
+	var b strings.Builder
+	bench.WriteMarkdown(&b, []*bench.Result{
+		{Mode: bench.ModeClaim, Target: "leader", Callers: 1, OpsPerSec: 100},
+		{Mode: bench.ModeClaim, Target: "follower", Callers: 1, OpsPerSec: 90},
+		{Mode: bench.ModeContended, Target: "leader", Callers: 64, Volumes: 8, Wins: 3},
+		{Mode: bench.ModeRelease, Target: "leader", Allocs: 1000, Freed: 1000},
+	})
+	out := b.String()
+	for _, want := range []string{"| leader | 1 | 100 |", "| follower | 1 | 90 |", "| leader | 64 | 8 |", "| leader | 1000 | 1000 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exp: a row starting %q got:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n| --- |"); n != 3 {
+		t.Errorf("exp: 3 tables got: %d\n%s", n, out)
+	}
+}
+
+// mustNewCluster starts three in-process servers on loopback and waits
+// for a leader every server knows.
+func mustNewCluster(t *testing.T) []string {
+	t.Helper()
+	c := harness.NewCluster(t, 3, harness.Options{})
+	c.StartAll()
+	c.WaitForLeader(30 * time.Second)
+	var addrs []string
+	for _, s := range c.Servers {
+		addrs = append(addrs, s.Addr)
+	}
+	return addrs
+}
+
+// mustRun runs one invocation and returns its results.
+func mustRun(t *testing.T, cfg bench.Config) []*bench.Result {
+	t.Helper()
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	cfg.CallTimeout = 30 * time.Second
+	cfg.DrainTimeout = 30 * time.Second
+	var out []*bench.Result
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := bench.Run(ctx, cfg, func(r *bench.Result) { out = append(out, r) })
+	t.Logf("progress:\n%s", progress.String())
+	for _, r := range out {
+		var b strings.Builder
+		r.WriteText(&b)
+		t.Logf("result:\n%s", b.String())
+	}
+	if err != nil {
+		t.Fatalf("exp: no error got: %v", err)
+	}
+	if len(out) == 0 {
+		t.Fatal("exp: at least one result got: none")
+	}
+	return out
+}
+
+// mustBeCleanedUp checks that a finished invocation left no volume of the
+// bench plugin and no node behind.
+func mustBeCleanedUp(t *testing.T, addrs []string) {
+	t.Helper()
+	c, err := api.NewClient(api.Config{Addresses: addrs, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	vols, _, err := c.Volumes(ctx, bench.PluginID, structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 0 {
+		t.Fatalf("exp: no bench volumes after the run got: %d (first %s)", len(vols), vols[0].ID)
+	}
+	nodes, _, err := c.Nodes(ctx, structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 0 {
+		t.Fatalf("exp: the simulated node deregistered got: %d nodes (first %s)", len(nodes), nodes[0].ID)
+	}
+}

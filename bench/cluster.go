@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/structs"
+)
+
+// cluster is what the tool knows of the servers: their addresses and a
+// client for setup and reads, which may use any of them.
+type cluster struct {
+	cfg     *Config
+	servers []string // sorted
+	admin   *api.Client
+}
+
+// discover waits for a leader (up to the call timeout) and learns every
+// voter's address from Status.Peers.
+func discover(ctx context.Context, cfg *Config) (*cluster, error) {
+	admin, err := api.NewClient(api.Config{Addresses: cfg.Addresses, Timeout: cfg.CallTimeout, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{cfg: cfg, admin: admin}
+	if _, err := c.leader(ctx); err != nil {
+		admin.Close()
+		return nil, err
+	}
+	peers, err := admin.Peers(ctx)
+	if err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("list servers: %w", err)
+	}
+	c.servers = append(c.servers, peers...)
+	for _, a := range cfg.Addresses {
+		if !slices.Contains(c.servers, a) {
+			c.servers = append(c.servers, a)
+		}
+	}
+	slices.Sort(c.servers)
+	return c, nil
+}
+
+func (c *cluster) close() { c.admin.Close() }
+
+// leader asks the servers who leads, waiting through an election for at
+// most the call timeout.
+func (c *cluster) leader(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(c.cfg.CallTimeout)
+	for {
+		addr, err := c.admin.Leader(ctx)
+		if err == nil && addr != "" {
+			return addr, nil
+		}
+		if err != nil && !errors.Is(err, structs.ErrNoLeader) {
+			return "", fmt.Errorf("find the leader: %w", err)
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = structs.ErrNoLeader
+			}
+			return "", fmt.Errorf("find the leader: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// resolve turns a target into a server address: the leader, the first
+// follower in address order, or a literal address.
+func (c *cluster) resolve(ctx context.Context, target string) (addr, leader string, err error) {
+	leader, err = c.leader(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	switch target {
+	case TargetLeader:
+		return leader, leader, nil
+	case TargetFollower:
+		for _, s := range c.servers {
+			if s != leader {
+				return s, leader, nil
+			}
+		}
+		return "", "", fmt.Errorf("no follower: the cluster has only %v", c.servers)
+	}
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		return "", "", fmt.Errorf("target %q is not %q, %q or a host:port: %v", target, TargetLeader, TargetFollower, err)
+	}
+	return target, leader, nil
+}
+
+// callerClients opens n clients to addr, each with its own session, and
+// makes one call on each so that no dial lands in the measured latency.
+func (c *cluster) callerClients(ctx context.Context, addr string, n int) ([]*api.Client, error) {
+	out := make([]*api.Client, 0, n)
+	for range n {
+		cl, err := api.NewClient(api.Config{Addresses: []string{addr}, Timeout: c.cfg.CallTimeout, Logger: c.cfg.Logger})
+		if err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, cl)
+		if err := cl.Ping(ctx); err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		}
+	}
+	return out, nil
+}
+
+func closeAll(cs []*api.Client) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// watchLeader asks who leads twice a second until the returned stop is
+// called, and sets *changed if any answer is not leader (another server,
+// or none: an election). Comparing only the start and the end would miss
+// a leader that stepped down and won again.
+func (c *cluster) watchLeader(ctx context.Context, leader string, changed *bool) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			addr, err := c.admin.Leader(cctx)
+			cancel()
+			if err == nil && addr != leader {
+				*changed = true
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Mode is the workload a run drives.
+type Mode string
+
+const (
+	// ModeClaim claims and releases distinct volumes: every caller loops
+	// claim(alloc_i, vol_i) → release(alloc_i, vol_i) on fresh pairs.
+	ModeClaim Mode = "claim"
+	// ModeContended has every caller race for a few single-node-writer
+	// volumes, each with its own alloc per volume.
+	ModeContended Mode = "contended"
+	// ModeRelease claims N volumes, stops their allocs together and times
+	// each claim from the stop until it is freed.
+	ModeRelease Mode = "release"
+)
+
+// Modes lists the modes in the order the help text shows them.
+var Modes = []Mode{ModeClaim, ModeContended, ModeRelease}
+
+func (m Mode) valid() bool { return m == ModeClaim || m == ModeContended || m == ModeRelease }
+
+// Targets a run may send its calls to, besides a literal address.
+const (
+	TargetLeader   = "leader"
+	TargetFollower = "follower"
+)
+
+// Defaults per mode, used when the Config leaves a field zero.
+var (
+	// DefaultClaimVolumes sizes the claim pool: every claim+release uses
+	// one (alloc, volume) pair once per run, so the pool bounds a run. 60k
+	// pairs last 10 s at 12k claim calls/s (6k pairs/s), a little over
+	// issue 7's target; a run that uses them all stops early and says so.
+	DefaultClaimVolumes = 60000
+	// DefaultContendedVolumes is few enough that 64 callers collide all
+	// the time.
+	DefaultContendedVolumes = 8
+	// DefaultReleaseVolumes is the release pipeline's N (issue 5's figure).
+	DefaultReleaseVolumes = 1000
+	DefaultClaimCallers   = []int{1, 16, 64, 256}
+	DefaultCallers        = []int{64}
+)
+
+// defaultDrainTimeout bounds the waits that cannot be skipped: the
+// release run's own measurement and the final cleanup.
+const defaultDrainTimeout = 5 * time.Minute
+
+// PluginID is the node plugin the simulated node fingerprints and every
+// bench volume uses.
+const PluginID = "bench"
+
+// maxBatch bounds the volumes or allocs sent in one registration request:
+// 500 volumes are well under rpc.MaxRequestBytes and one Raft entry each.
+const maxBatch = 500
+
+// Config describes one invocation: a mode, run once for every target and
+// every callers value.
+type Config struct {
+	// Addresses of one or more servers; the others are found through
+	// Status.Peers.
+	Addresses []string
+	// Targets: "leader", "follower" or a server address, one run each.
+	Targets []string
+	Mode    Mode
+	// Duration is the measured window of each run, after Warmup.
+	Duration time.Duration
+	Warmup   time.Duration
+	// Volumes: claim pool size, contended volumes, or release N (0 = the
+	// mode's default).
+	Volumes int
+	// Callers: one run per value (release mode: how many claim the N
+	// volumes before the stop; only the largest value is used).
+	Callers []int
+	// Hold is how long a contended winner keeps its claim before releasing.
+	Hold time.Duration
+	// CallTimeout bounds one RPC (default 60 s, like the CLI).
+	CallTimeout time.Duration
+	// DrainTimeout bounds each wait for the servers to free the claims
+	// released: after every claim or contended run (0 = do not wait; the
+	// next run takes fresh pairs), and in release mode the measured
+	// release itself (0 = 5 min). The final cleanup waits as long, or 5 min
+	// when it is 0.
+	DrainTimeout time.Duration
+	// KeepState skips the final cleanup (deregistering volumes and node).
+	KeepState bool
+	// Prefix starts every ID the run creates (default "bench-" and 8 random
+	// hex digits).
+	Prefix string
+	// Progress receives one line per setup step (nil = discard).
+	Progress io.Writer
+	Logger   hclog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Addresses) == 0 {
+		return fmt.Errorf("at least one server address is required")
+	}
+	if c.Mode == "" {
+		c.Mode = ModeClaim
+	}
+	if !c.Mode.valid() {
+		return fmt.Errorf("mode %q is not one of %v", c.Mode, Modes)
+	}
+	if len(c.Targets) == 0 {
+		c.Targets = []string{TargetLeader}
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Warmup < 0 {
+		return fmt.Errorf("warmup %s is negative", c.Warmup)
+	}
+	if c.Volumes < 0 {
+		return fmt.Errorf("volumes %d is negative", c.Volumes)
+	}
+	if c.Volumes == 0 {
+		switch c.Mode {
+		case ModeClaim:
+			c.Volumes = DefaultClaimVolumes
+		case ModeContended:
+			c.Volumes = DefaultContendedVolumes
+		case ModeRelease:
+			c.Volumes = DefaultReleaseVolumes
+		}
+	}
+	if len(c.Callers) == 0 {
+		c.Callers = DefaultCallers
+		if c.Mode == ModeClaim {
+			c.Callers = DefaultClaimCallers
+		}
+	}
+	for _, n := range c.Callers {
+		if n <= 0 {
+			return fmt.Errorf("callers %d: must be at least 1", n)
+		}
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 60 * time.Second
+	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("drain timeout %s is negative", c.DrainTimeout)
+	}
+	if c.Prefix == "" {
+		c.Prefix = "bench-" + randomHex(4)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Result is one run: one mode, one target, one callers value. It is what
+// -json prints, one object per line.
+type Result struct {
+	Mode    Mode   `json:"mode"`
+	Target  string `json:"target"`  // as asked: leader, follower or an address
+	Address string `json:"address"` // the server the calls went to
+	// Leader is the leader's address when the run started; LeaderChanged
+	// is set when, during the run, the servers named another leader or none
+	// (an election: calls were held or retried meanwhile).
+	Leader        string    `json:"leader"`
+	LeaderChanged bool      `json:"leader_changed,omitempty"`
+	Callers       int       `json:"callers"`
+	Volumes       int       `json:"volumes"`
+	Started       time.Time `json:"started"`
+	// Seconds is the measured window (shorter than -duration when the
+	// claim pool ran out: PoolExhausted).
+	Seconds       float64 `json:"seconds"`
+	PoolExhausted bool    `json:"pool_exhausted,omitempty"`
+
+	// Ops counts Volume.Claim calls in the window, releases included;
+	// Claims and Releases split them. Every call that returned counts,
+	// refused or failed ones too (Errors, Refusals).
+	Ops          int64   `json:"ops"`
+	Claims       int64   `json:"claims"`
+	Releases     int64   `json:"releases"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	ClaimsPerSec float64 `json:"claims_per_sec"`
+	// Latency is over every call; ClaimLatency and ReleaseLatency split it.
+	Latency        Latency  `json:"latency"`
+	ClaimLatency   *Latency `json:"claim_latency,omitempty"`
+	ReleaseLatency *Latency `json:"release_latency,omitempty"`
+	// Errors counts failed calls by error code, expected refusals excluded.
+	Errors map[string]int64 `json:"errors,omitempty"`
+	// Drained is set when the tool waited after the run until the servers
+	// had freed every claim released so far, which took DrainSeconds. When
+	// the wait gave up first, Backlog volumes were still releasing.
+	Drained      bool    `json:"drained,omitempty"`
+	DrainSeconds float64 `json:"drain_seconds,omitempty"`
+	Backlog      int     `json:"backlog,omitempty"`
+
+	// Contended mode: claims won, claims refused with max_claims, and
+	// safety violations (two claims on a single-node-writer volume seen at
+	// once, by a read or by the callers' own acknowledged intervals).
+	Wins       int64    `json:"wins,omitempty"`
+	Refusals   int64    `json:"refusals,omitempty"`
+	WinsPerSec float64  `json:"wins_per_sec,omitempty"`
+	Checks     int64    `json:"checks,omitempty"`
+	Violations []string `json:"violations,omitempty"`
+
+	// Release mode: allocs stopped together, how many of their claims were
+	// freed, and each claim's time from the stop to freed.
+	Allocs      int      `json:"allocs,omitempty"`
+	Freed       int      `json:"freed,omitempty"`
+	FreedPerSec float64  `json:"freed_per_sec,omitempty"`
+	StopToFreed *Latency `json:"stop_to_freed,omitempty"`
+}
+
+// OK reports whether the run saw nothing but expected outcomes.
+func (r *Result) OK() bool {
+	if len(r.Errors) > 0 || len(r.Violations) > 0 {
+		return false
+	}
+	return r.Mode != ModeRelease || r.Freed == r.Allocs
+}
+
+// WriteText prints a run for a human, a few lines.
+func (r *Result) WriteText(w io.Writer) {
+	target := r.Target
+	if target != r.Address {
+		target += " " + r.Address
+	}
+	fmt.Fprintf(w, "%s  target=%s  callers=%d  volumes=%d\n", r.Mode, target, r.Callers, r.Volumes)
+	switch r.Mode {
+	case ModeRelease:
+		fmt.Fprintf(w, "  %d allocs stopped, %d claims freed in %.2fs: %.0f claims freed/s\n",
+			r.Allocs, r.Freed, r.Seconds, r.FreedPerSec)
+		if r.StopToFreed != nil {
+			fmt.Fprintf(w, "  stop→freed  p50 %s  p90 %s  p99 %s  max %s\n",
+				fmtMS(r.StopToFreed.P50), fmtMS(r.StopToFreed.P90), fmtMS(r.StopToFreed.P99), fmtMS(r.StopToFreed.Max))
+		}
+	default:
+		fmt.Fprintf(w, "  %d claim calls in %.2fs: %.0f ops/s (%d claims %.0f/s, %d releases)",
+			r.Ops, r.Seconds, r.OpsPerSec, r.Claims, r.ClaimsPerSec, r.Releases)
+		if r.PoolExhausted {
+			fmt.Fprintf(w, " — claim pool used up, raise -volumes")
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  latency     p50 %s  p90 %s  p99 %s  max %s\n",
+			fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max))
+		if r.Mode == ModeContended {
+			fmt.Fprintf(w, "  wins %d (%.0f/s), max_claims refusals %d, safety checks %d, violations %d\n",
+				r.Wins, r.WinsPerSec, r.Refusals, r.Checks, len(r.Violations))
+			for _, v := range r.Violations {
+				fmt.Fprintf(w, "  VIOLATION: %s\n", v)
+			}
+		}
+		switch {
+		case r.Drained:
+			fmt.Fprintf(w, "  released claims all freed %.2fs after the run\n", r.DrainSeconds)
+		case r.Backlog > 0:
+			fmt.Fprintf(w, "  %d volumes still releasing %.0fs after the run\n", r.Backlog, r.DrainSeconds)
+		}
+	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "  errors: %s\n", fmtErrors(r.Errors))
+	}
+	if r.LeaderChanged {
+		fmt.Fprintf(w, "  the leader changed during the run\n")
+	}
+}
+
+func fmtMS(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.2fs", v/1000)
+	}
+	return fmt.Sprintf("%.2fms", v)
+}
+
+func fmtErrors(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *Result) targetText() string {
+	if r.LeaderChanged {
+		return r.Target + " (leader changed)"
+	}
+	return r.Target
+}
+
+func (r *Result) drainText() string {
+	switch {
+	case r.Drained:
+		return fmt.Sprintf("%.1f s", r.DrainSeconds)
+	case r.Backlog > 0:
+		return fmt.Sprintf("%d left after %.0f s", r.Backlog, r.DrainSeconds)
+	}
+	return "not measured"
+}
+
+// WriteMarkdown prints results as markdown tables, one per mode, in the
+// order the modes first appear.
+func WriteMarkdown(w io.Writer, rs []*Result) {
+	var order []Mode
+	byMode := map[Mode][]*Result{}
+	for _, r := range rs {
+		if _, ok := byMode[r.Mode]; !ok {
+			order = append(order, r.Mode)
+		}
+		byMode[r.Mode] = append(byMode[r.Mode], r)
+	}
+	for i, m := range order {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		switch m {
+		case ModeClaim:
+			drains := false
+			for _, r := range byMode[m] {
+				drains = drains || r.Drained || r.Backlog > 0
+			}
+			fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases):")
+			fmt.Fprintln(w)
+			if drains {
+				fmt.Fprintln(w, "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors | freed after run |")
+				fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+			} else {
+				fmt.Fprintln(w, "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors |")
+				fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+			}
+			for _, r := range byMode[m] {
+				note := ""
+				if r.PoolExhausted {
+					note = fmt.Sprintf(" (pool used up after %.1fs)", r.Seconds)
+				}
+				fmt.Fprintf(w, "| %s | %d | %.0f%s | %.0f | %s | %s | %s | %s | %s |",
+					r.targetText(), r.Callers, r.OpsPerSec, note, r.ClaimsPerSec,
+					fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
+					fmtErrors(r.Errors))
+				if drains {
+					fmt.Fprintf(w, " %s |", r.drainText())
+				}
+				fmt.Fprintln(w)
+			}
+		case ModeContended:
+			fmt.Fprintln(w, "Contended: callers race for few single-node-writer volumes (each win is held, released, and freed before the next):")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| target | callers | volumes | claim calls/s | wins | wins/s | max_claims refusals | p50 | p99 | max | errors | violations |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+			for _, r := range byMode[m] {
+				fmt.Fprintf(w, "| %s | %d | %d | %.0f | %d | %.1f | %d | %s | %s | %s | %s | %d of %d checks |\n",
+					r.targetText(), r.Callers, r.Volumes, r.OpsPerSec, r.Wins, r.WinsPerSec, r.Refusals,
+					fmtMS(r.Latency.P50), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
+					fmtErrors(r.Errors), len(r.Violations), r.Checks)
+			}
+		case ModeRelease:
+			fmt.Fprintln(w, "Release pipeline: N allocs stopped together, each claim timed from the stop until freed:")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| target | allocs | freed | total | claims freed/s | p50 stop→freed | p90 | p99 | max | errors |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+			for _, r := range byMode[m] {
+				var l Latency
+				if r.StopToFreed != nil {
+					l = *r.StopToFreed
+				}
+				fmt.Fprintf(w, "| %s | %d | %d | %.2f s | %.0f | %s | %s | %s | %s | %s |\n",
+					r.targetText(), r.Allocs, r.Freed, r.Seconds, r.FreedPerSec,
+					fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.Max), fmtErrors(r.Errors))
+			}
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/bench"
+)
+
+const benchUsage = `usage: claimd bench [flags]
+
+Drives a running cluster over the public RPC and prints claim throughput
+and latency. It registers a simulated client node (plugin "bench", no
+controller) that answers the servers' node detaches at once, so it measures
+the servers, not a CSI plugin. Modes:
+
+  claim      each caller loops claim → release on distinct (alloc, volume)
+             pairs; ops/s counts both calls (Volume.Claim either way)
+  contended  callers race for -volumes single-node-writer volumes; counts
+             wins and max_claims refusals and checks no volume ever has
+             two claims at once
+  release    -volumes allocs claim, are stopped together and reported
+             complete; times each claim from the stop until freed
+
+Examples:
+  claimd bench -address 127.0.0.1:4647 -callers 1,16,64,256 -target leader,follower
+  claimd bench -mode contended -volumes 8 -callers 64 -json
+  claimd bench -mode release -volumes 1000
+  claimd bench -report results.jsonl   (markdown tables from -json output)
+
+Flags:
+`
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("bench", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	cf.register(fs)
+	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended or release")
+	target := fs.String("target", bench.TargetLeader, "where calls go: leader, follower or a server address; a comma-separated list runs each")
+	duration := fs.Duration("duration", 10*time.Second, "measured time of each run")
+	warmup := fs.Duration("warmup", time.Second, "unmeasured load before each run's measured time")
+	volumes := fs.Int("volumes", 0, fmt.Sprintf("claim: pool of (alloc, volume) pairs, each used once per run (default %d); contended: volumes raced for (default %d); release: allocs stopped (default %d)",
+		bench.DefaultClaimVolumes, bench.DefaultContendedVolumes, bench.DefaultReleaseVolumes))
+	callers := fs.String("callers", "", "concurrent callers, each with its own session; a comma-separated list runs each (default 1,16,64,256 for claim, 64 otherwise)")
+	hold := fs.Duration("hold", 0, "contended: how long a winner holds its claim before releasing")
+	drainTimeout := fs.Duration("drain-timeout", 5*time.Minute, "after each run, wait this long at most for the servers to free the released claims (0: don't wait; claim runs then take fresh pairs); release mode: how long the release may take")
+	keep := fs.Bool("keep", false, "leave the volumes and the simulated node registered at the end")
+	asJSON := fs.Bool("json", false, "print one JSON object per run")
+	report := fs.String("report", "", "render FILE (JSON lines from -json runs, - for stdin) as markdown tables and exit")
+	logLevel := fs.String("log-level", "warn", "log level of the tool's own log (stderr)")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() > 0 {
+		return fail(stderr, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *report != "" {
+		return benchReport(*report, stdout, stderr)
+	}
+	counts, err := parseCallers(*callers)
+	if err != nil {
+		return fail(stderr, "-callers: %v", err)
+	}
+	cfg := bench.Config{
+		Addresses:    api.AddressesFromEnv(cf.address),
+		Targets:      splitList(*target),
+		Mode:         bench.Mode(*mode),
+		Duration:     *duration,
+		Warmup:       *warmup,
+		Volumes:      *volumes,
+		Callers:      counts,
+		Hold:         *hold,
+		CallTimeout:  cf.timeout,
+		DrainTimeout: *drainTimeout,
+		KeepState:    *keep,
+		Progress:     stderr,
+		Logger:       hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.LevelFromString(*logLevel), Output: stderr}),
+	}
+	// The first signal stops the runs (the tool then frees and removes
+	// what it created); a second one kills it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	ok := true
+	enc := json.NewEncoder(stdout)
+	err = bench.Run(ctx, cfg, func(r *bench.Result) {
+		ok = ok && r.OK()
+		if *asJSON {
+			_ = enc.Encode(r)
+			return
+		}
+		r.WriteText(stdout)
+	})
+	if errors.Is(err, context.Canceled) {
+		return fail(stderr, "bench: interrupted: %v", err)
+	}
+	if err != nil {
+		return fail(stderr, "bench: %v", err)
+	}
+	if !ok {
+		fmt.Fprintln(stderr, "bench: some runs saw errors or violations (see above)")
+		return 1
+	}
+	return 0
+}
+
+func parseCallers(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchReport reads -json output and prints it as markdown tables.
+func benchReport(path string, stdout, stderr io.Writer) int {
+	var in io.Reader = os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fail(stderr, "%v", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	var rs []*bench.Result
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var r bench.Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return fail(stderr, "%s:%d: %v", path, line, err)
+		}
+		rs = append(rs, &r)
+	}
+	if err := sc.Err(); err != nil {
+		return fail(stderr, "%s: %v", path, err)
+	}
+	bench.WriteMarkdown(stdout, rs)
+	return 0
+}
