@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,22 +25,23 @@ func (s *Server) Leave(timeout time.Duration) error {
 		}
 	}
 	if s.voters() > 1 {
-		for s.inConfig() {
+		// Ask the leader to remove us until it says it has (or that we are
+		// gone already). Our own view is no proof: once the removal commits
+		// the leader may stop replicating to us before we see it.
+		for {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("leave: still in the configuration after %s", timeout)
+				return fmt.Errorf("leave: not removed from the configuration after %s", timeout)
 			}
 			addr, _ := r.LeaderWithID()
 			if addr != "" && string(addr) != s.addr {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var resp structs.GenericResponse
 				err := s.pool.RPC(ctx, string(addr), "Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: s.id}, &resp)
 				cancel()
-				if err != nil {
-					s.logger.Warn("leave: remove request failed; retrying", "error", err)
+				if err == nil || errors.Is(err, structs.ErrNotFound) {
+					break
 				}
-			}
-			if !s.inConfig() {
-				break
+				s.logger.Warn("leave: remove request failed; retrying", "error", err)
 			}
 			time.Sleep(100 * time.Millisecond) // retry pacing, not synchronisation
 		}
