@@ -97,8 +97,16 @@ func (p *Pool) RPC(ctx context.Context, addr, method string, args, reply any) er
 // drop forgets a dead session so the next call dials again.
 func (p *Pool) drop(addr string, c *rpc.MuxClient) {
 	p.mu.Lock()
-	if e, ok := p.conns[addr]; ok && e.client == c {
-		delete(p.conns, addr)
+	if e, ok := p.conns[addr]; ok {
+		// An entry still dialling is a newer session, not this one (and
+		// its client field is being written).
+		select {
+		case <-e.ready:
+			if e.client == c {
+				delete(p.conns, addr)
+			}
+		default:
+		}
 	}
 	p.mu.Unlock()
 	c.Close()
