@@ -45,7 +45,19 @@ func (s *Server) leaderLoop(stopCh, done chan struct{}) {
 	defer close(done)
 	s.logger.Info("won leadership; waiting for barrier")
 	for {
-		err := s.raft.Raft.Barrier(barrierTimeout).Error()
+		// Wait for the barrier, but not past losing leadership or shutdown:
+		// a future still queued when Raft stops is never answered.
+		f := s.raft.Raft.Barrier(barrierTimeout)
+		res := make(chan error, 1)
+		go func() { res <- f.Error() }()
+		var err error
+		select {
+		case err = <-res:
+		case <-stopCh:
+			return
+		case <-s.shutdownCh:
+			return
+		}
 		if err == nil {
 			break
 		}
