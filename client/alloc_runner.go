@@ -129,12 +129,43 @@ func (r *allocRunner) runAlloc(ctx context.Context, alloc *structs.Alloc) bool {
 			if ctx.Err() != nil {
 				return false
 			}
+			if r.stopRequested(ctx, alloc.ID) {
+				// Stopped while we claimed (the claim was refused for
+				// that): no failure. The stop task reports it complete.
+				log.Info("allocation stopped while starting", "volume", req.VolumeID, "error", err)
+				return false
+			}
 			log.Error("allocation failed", "volume", req.VolumeID, "error", err)
 			return r.report(ctx, alloc.ID, structs.AllocClientFailed, err.Error())
 		}
 	}
 	log.Info("allocation running", "volumes", len(alloc.Volumes))
 	return r.report(ctx, alloc.ID, structs.AllocClientRunning, "")
+}
+
+// stopRequested reports whether the allocation has been asked to stop
+// since this task started. The task learns of a stop only from the next
+// blocking-query answer, so a claim sent just after the stop committed is
+// refused ("is being stopped") before the task is cancelled; reporting
+// that as a failure would make a stopped allocation end failed (the first
+// terminal status stands).
+// A read that fails is tried again a few times: the servers may be
+// electing a leader just then.
+func (r *allocRunner) stopRequested(ctx context.Context, allocID string) bool {
+	backoff := newBackoff(200*time.Millisecond, 2*time.Second)
+	for attempt := 0; attempt < 5; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var resp structs.AllocResponse
+		err := r.a.conn.call(cctx, "Alloc.Get", &structs.AllocSpecificRequest{ID: allocID}, &resp)
+		cancel()
+		if err == nil {
+			return resp.Alloc != nil && resp.Alloc.DesiredStatus == structs.AllocDesiredStop
+		}
+		if !sleepCtx(ctx, backoff.next()) {
+			return false
+		}
+	}
+	return false
 }
 
 func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, req *structs.AllocVolumeRequest) error {
@@ -189,8 +220,12 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	}
 }
 
+// retryableClaimError: the claim may succeed later. A server that answers
+// "shutting down" is going away, not refusing: the next call goes to
+// another server (failing the allocation for it made a server restart fail
+// every allocation whose claim was in flight to it).
 func retryableClaimError(err error) bool {
-	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable)
+	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable) || errors.Is(err, structs.ErrShutdown)
 }
 
 // stop reports a stopped allocation complete. It does not unmount: the

@@ -4,4 +4,6 @@
 # long benchmarks-as-tests; the chaos suite's long schedule is opt-in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go test -race -short -count=1 -timeout 20m ./... "$@"
+# -p 1: packages one at a time, so multi-server tests never compete with
+# each other for the two cores (elections under starvation cause flakes).
+go test -race -short -count=1 -p 1 -timeout 30m ./... "$@"

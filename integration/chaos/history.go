@@ -68,6 +68,10 @@ type Op struct {
 	Alloc  string             `json:"alloc,omitempty"`
 	Worker string             `json:"worker,omitempty"`
 	Write  bool               `json:"write,omitempty"`
+	// Again marks a claim that is not the allocation's first: the server
+	// may answer max_claims while the alloc's own earlier claim is being
+	// released, whatever the access mode.
+	Again bool `json:"again,omitempty"`
 	// Synthetic operations are added by the recorder, not sent: the
 	// release half of a claim whose outcome is unknown (the server may
 	// have taken the claim and released it again when its controller
@@ -85,14 +89,6 @@ type Op struct {
 	Nemesis string `json:"nemesis"`
 	// Final marks the reads taken after every fault healed.
 	Final bool `json:"final,omitempty"`
-}
-
-// ReturnOrInf returns the return time for JSON and reports.
-func (o *Op) returnText() string {
-	if o.Return == Inf {
-		return "inf"
-	}
-	return time.Duration(o.Return).String()
 }
 
 // Span is one fault's time in force.
@@ -133,10 +129,14 @@ func (h *History) Begin(op *Op) *Op {
 }
 
 // End completes an op with its outcome at the current time; an Unknown
-// outcome keeps an infinite return (see Extend).
-func (h *History) End(op *Op, out Outcome, err error) {
+// outcome keeps an infinite return (see Extend). set, if given, fills in
+// result fields under the history's lock.
+func (h *History) End(op *Op, out Outcome, err error, set ...func(*Op)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for _, f := range set {
+		f(op)
+	}
 	op.Outcome = out
 	if out != Unknown {
 		op.Return = h.Now()
@@ -183,6 +183,15 @@ func (h *History) SetNemesis(name, desc string) {
 	h.nemesis = name
 	if name != "none" {
 		h.spans = append(h.spans, Span{Name: name, Desc: desc, Start: now})
+	}
+}
+
+// SetDesc describes the fault in force.
+func (h *History) SetDesc(desc string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := len(h.spans); n > 0 && h.spans[n-1].End == 0 {
+		h.spans[n-1].Desc = desc
 	}
 }
 
@@ -253,21 +262,40 @@ func TallyByNemesis(ops []Op) map[string]Tally {
 	return out
 }
 
+// OverlapByNemesis counts the workload's own ops whose interval overlaps
+// each fault's time in force (an op blocked through a whole fault counts
+// there, though it was invoked before).
+func OverlapByNemesis(ops []Op, spans []Span) map[string]int {
+	out := map[string]int{}
+	for _, s := range spans {
+		end := s.End
+		if end == 0 {
+			end = Inf
+		}
+		for _, o := range ops {
+			if !o.Synthetic && o.Call < end && o.Return > s.Start {
+				out[s.Name]++
+			}
+		}
+	}
+	return out
+}
+
 // FormatTally renders the tally as lines sorted by name.
-func FormatTally(m map[string]Tally) string {
+func FormatTally(m map[string]Tally, overlap map[string]int) string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	s := fmt.Sprintf("%-22s %7s %7s %7s %7s\n", "fault", "ops", "ok", "refused", "unknown")
+	s := fmt.Sprintf("%-22s %7s %7s %7s %7s %12s\n", "fault (invoked under)", "ops", "ok", "refused", "unknown", "overlapping")
 	var all Tally
 	for _, n := range names {
 		t := m[n]
 		all.OK += t.OK
 		all.Refused += t.Refused
 		all.Unknown += t.Unknown
-		s += fmt.Sprintf("%-22s %7d %7d %7d %7d\n", n, t.Total(), t.OK, t.Refused, t.Unknown)
+		s += fmt.Sprintf("%-22s %7d %7d %7d %7d %12d\n", n, t.Total(), t.OK, t.Refused, t.Unknown, overlap[n])
 	}
 	s += fmt.Sprintf("%-22s %7d %7d %7d %7d\n", "all", all.Total(), all.OK, all.Refused, all.Unknown)
 	return s

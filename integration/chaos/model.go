@@ -23,15 +23,23 @@ import (
 //     the model cannot require a claim to succeed.
 //   - claim refused: nothing changes. max_claims is allowed whenever the
 //     mode is limited at all (past claims count against the limit until
-//     freed), and never where the table has no limit (readers of
-//     multi-node volumes, anything on multi-node-multi-writer).
+//     freed), and for an alloc claiming again while its own earlier claim
+//     is being released; never otherwise (readers of multi-node volumes,
+//     anything on multi-node-multi-writer).
 //   - claim unknown: nondeterministic, applied (if admissible) or not.
 //   - release, stop, drop: the alloc's claim is no longer live.
 //   - read ok: returns exactly the live set.
 
-func encodeLive(m map[string]bool) string {
-	keys := make([]string, 0, len(m))
-	for a, w := range m {
+// modelState is one volume's state: the live claims (alloc → write) and
+// the allocs whose claim has been removed at least once.
+type modelState struct {
+	live map[string]bool
+	done map[string]bool
+}
+
+func (m modelState) encode() string {
+	keys := make([]string, 0, len(m.live))
+	for a, w := range m.live {
 		mode := "r"
 		if w {
 			mode = "w"
@@ -39,19 +47,34 @@ func encodeLive(m map[string]bool) string {
 		keys = append(keys, a+":"+mode)
 	}
 	sort.Strings(keys)
-	return strings.Join(keys, ",")
+	done := make([]string, 0, len(m.done))
+	for a := range m.done {
+		done = append(done, a)
+	}
+	sort.Strings(done)
+	return strings.Join(keys, ",") + "|" + strings.Join(done, ",")
 }
 
-func decodeLive(s string) map[string]bool {
-	m := map[string]bool{}
-	if s == "" {
-		return m
+func decodeState(s string) modelState {
+	m := modelState{live: map[string]bool{}, done: map[string]bool{}}
+	live, done, _ := strings.Cut(s, "|")
+	if live != "" {
+		for _, kv := range strings.Split(live, ",") {
+			a, mode, _ := strings.Cut(kv, ":")
+			m.live[a] = mode == "w"
+		}
 	}
-	for _, kv := range strings.Split(s, ",") {
-		a, mode, _ := strings.Cut(kv, ":")
-		m[a] = mode == "w"
+	if done != "" {
+		for _, a := range strings.Split(done, ",") {
+			m.done[a] = true
+		}
 	}
 	return m
+}
+
+func liveText(s string) string {
+	live, _, _ := strings.Cut(s, "|")
+	return live
 }
 
 // admissible reports whether a new claim of the op's mode may be taken on
@@ -95,7 +118,8 @@ func maxClaimsAllowed(access structs.AccessMode, write bool) bool {
 }
 
 func stepClaim(state string, op *Op) []any {
-	live := decodeLive(state)
+	m := decodeState(state)
+	live := m.live
 	if w, held := live[op.Alloc]; held {
 		switch op.Outcome {
 		case OK:
@@ -113,9 +137,9 @@ func stepClaim(state string, op *Op) []any {
 			return nil
 		}
 		live[op.Alloc] = op.Write
-		return []any{encodeLive(live)}
+		return []any{m.encode()}
 	case Refused:
-		if op.Code == string(structs.CodeMaxClaims) && !maxClaimsAllowed(op.Access, op.Write) {
+		if op.Code == string(structs.CodeMaxClaims) && !op.Again && !maxClaimsAllowed(op.Access, op.Write) {
 			return nil
 		}
 		return []any{state}
@@ -123,7 +147,7 @@ func stepClaim(state string, op *Op) []any {
 		out := []any{state}
 		if admissible(op.Access, live, op.Write) {
 			live[op.Alloc] = op.Write
-			out = append(out, encodeLive(live))
+			out = append(out, m.encode())
 		}
 		return out
 	}
@@ -136,15 +160,28 @@ func step(state any, input, _ any) []any {
 	case OpClaim:
 		return stepClaim(s, op)
 	case OpRelease, OpStop, OpDrop:
-		live := decodeLive(s)
-		delete(live, op.Alloc)
-		return []any{encodeLive(live)}
-	case OpRead:
-		got := map[string]bool{}
-		for _, c := range op.Live {
-			got[c.Alloc] = c.Write
+		// Only releases of allocs whose claim certainly took effect reach
+		// the model (see prune): each removes that claim, or comes after
+		// it was removed. One placed before the claim would be a no-op,
+		// equivalent to placing it after everything (its return is
+		// infinite or it would not be there), and admitting it would let
+		// the checker try it at every point of the history.
+		m := decodeState(s)
+		if _, ok := m.live[op.Alloc]; ok {
+			delete(m.live, op.Alloc)
+			m.done[op.Alloc] = true
+			return []any{m.encode()}
 		}
-		if encodeLive(got) == s {
+		if m.done[op.Alloc] {
+			return []any{s}
+		}
+		return nil
+	case OpRead:
+		got := modelState{live: map[string]bool{}}
+		for _, c := range op.Live {
+			got.live[c.Alloc] = c.Write
+		}
+		if got.encode() == liveText(s)+"|" {
 			return []any{s}
 		}
 		return nil
@@ -171,7 +208,7 @@ var claimModel = (&porcupine.NondeterministicModel{
 		}
 		return out
 	},
-	Init:  func() []any { return []any{""} },
+	Init:  func() []any { return []any{"|"} },
 	Step:  step,
 	Equal: func(a, b any) bool { return a.(string) == b.(string) },
 	Hash: func(s any) uint64 {
@@ -180,12 +217,7 @@ var claimModel = (&porcupine.NondeterministicModel{
 		return h.Sum64()
 	},
 	DescribeOperation: func(input, _ any) string { return describeOp(input.(*Op)) },
-	DescribeState: func(s any) string {
-		if s.(string) == "" {
-			return "{}"
-		}
-		return "{" + s.(string) + "}"
-	},
+	DescribeState: func(s any) string { return "{" + liveText(s.(string)) + "}" },
 }).ToModel()
 
 func describeOp(op *Op) string {
@@ -200,6 +232,9 @@ func describeOp(op *Op) string {
 	switch op.Kind {
 	case OpClaim:
 		s := fmt.Sprintf("claim %s %s:%s → %s", op.Volume, op.Alloc, mode, res)
+		if op.Again {
+			s = "re-" + s
+		}
 		if op.Outcome == OK && !op.New {
 			s += " (not new)"
 		}
@@ -224,12 +259,92 @@ func describeOp(op *Op) string {
 	}
 }
 
+// prune drops operations that cannot change the verdict, because an
+// operation whose return is infinite may be placed anywhere after its call
+// and every such operation multiplies the checker's search:
+//
+//   - An unknown claim whose allocation no read ever showed: the model
+//     lets it not take effect, and taking effect never makes anything else
+//     legal (it only narrows who else may claim, and a read would have to
+//     show it), so the history is linearizable with it exactly when it is
+//     without it.
+//   - Releases, stops and drops of an allocation that then has no claim
+//     left that was acknowledged or seen: they remove nothing.
+//   - A release-type operation with an infinite return, of an allocation
+//     whose claims all return before another release-type operation of it
+//     was invoked: after that one, nothing can give the allocation a claim
+//     again, so the later ones remove nothing that one could not.
+func prune(ops []Op) []Op {
+	seen := map[string]bool{}
+	for _, o := range ops {
+		if o.Kind == OpRead && o.Outcome == OK {
+			for _, c := range o.Live {
+				seen[c.Alloc] = true
+			}
+		}
+	}
+	keep := make([]bool, len(ops))
+	acked := map[string]bool{}
+	lastClaimReturn := map[string]int64{}
+	for i, o := range ops {
+		keep[i] = true
+		if o.Kind != OpClaim {
+			continue
+		}
+		if o.Outcome == Unknown && !seen[o.Alloc] {
+			keep[i] = false
+			continue
+		}
+		if o.Outcome == OK || o.Outcome == Unknown {
+			acked[o.Alloc] = true
+			lastClaimReturn[o.Alloc] = max(lastClaimReturn[o.Alloc], o.Return)
+		}
+	}
+	releasing := func(o Op) bool { return o.Kind == OpRelease || o.Kind == OpStop || o.Kind == OpDrop }
+	// The earliest call of a release-type op of each alloc that no claim
+	// of it can follow.
+	fence := map[string]int64{}
+	for _, o := range ops {
+		if releasing(o) && o.Outcome != Refused && o.Call >= lastClaimReturn[o.Alloc] {
+			if f, ok := fence[o.Alloc]; !ok || o.Call < f {
+				fence[o.Alloc] = o.Call
+			}
+		}
+	}
+	for i, o := range ops {
+		if !releasing(o) {
+			continue
+		}
+		switch f, ok := fence[o.Alloc]; {
+		case !acked[o.Alloc]:
+			keep[i] = false
+		case ok && o.Return == Inf && o.Call > f:
+			keep[i] = false
+		case ok && o.Return == Inf && o.Call == f:
+			// Keep the first of equals only.
+			for j := 0; j < i; j++ {
+				if keep[j] && releasing(ops[j]) && ops[j].Alloc == o.Alloc && ops[j].Call == f && ops[j].Return == Inf {
+					keep[i] = false
+				}
+			}
+		}
+	}
+	out := make([]Op, 0, len(ops))
+	for i, o := range ops {
+		if keep[i] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // porcupineOps turns the recorded history into porcupine operations:
 // reads that failed and refused releases/stops have no effect and are
 // left out; an infinite return becomes one past the last finite time.
 // Operations that extend past their caller's next one get their own
 // client row, so the visualisation draws them apart.
 func porcupineOps(ops []Op, callers int) []porcupine.Operation {
+	ops = prune(ops)
 	var end int64
 	for _, o := range ops {
 		if o.Return != Inf && o.Return > end {

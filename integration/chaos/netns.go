@@ -164,7 +164,7 @@ type netnsCluster struct {
 	byAddr  map[string]string // direct and advertised address → server name
 
 	mu       sync.Mutex
-	clients  map[string]*api.Client // workload clients, by server
+	clients  []*api.Client          // handed out by Client, closed at the end
 	ctl      map[string]*api.Client // the backend's own, short timeouts
 	proxies  map[string]*netlab.DelayProxy
 	latency  time.Duration
@@ -209,34 +209,33 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 	hosts = append(hosts, nsControllerHost, nsWorkloadHost)
 	lab := netlab.New(t, hosts...) // skips or fails without root and nft
 
+	// Every directory exists before the shutdown cleanup is registered, so
+	// that their removal (cleanups run last-in first-out) comes after the
+	// processes writing into them are gone. Unix socket paths must stay
+	// under 108 bytes and test temp dirs can be long, so sockets live in a
+	// short directory of their own.
+	sockDir, err := os.MkdirTemp("", "cldns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	logDir, dataDir, storage := t.TempDir(), t.TempDir(), t.TempDir()
 	c := &netnsCluster{
 		t:       t,
 		lab:     lab,
 		bin:     harness.Binary(t),
 		opts:    opts,
-		logDir:  t.TempDir(),
-		root:    filepath.Join(t.TempDir(), "storage"),
+		logDir:  logDir,
+		root:    storage,
 		names:   []string{"s1", "s2", "s3"},
 		servers: map[string]*nsServer{},
 		byAddr:  map[string]string{},
-		clients: map[string]*api.Client{},
 		ctl:     map[string]*api.Client{},
 		proxies: map[string]*netlab.DelayProxy{},
 	}
 	// Registered after the lab's cleanup, so it runs before it: processes
 	// and proxies stop while the namespaces still exist.
 	t.Cleanup(c.shutdown)
-	if err := os.MkdirAll(c.root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Unix socket paths must stay under 108 bytes; test temp dirs can be
-	// long, so sockets live in a short directory of their own.
-	sockDir, err := os.MkdirTemp("", "cldns")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	dataDir := t.TempDir()
 
 	supported := c.serverFlagsSupported()
 	for _, name := range c.names {
@@ -290,9 +289,9 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		t.Fatalf("netns: cluster did not form: %v%s", err, c.tails())
 	}
 
-	// Node plugins before the controller, the controller before the
-	// agents: a controller publishes only to nodes registered under the
-	// shared root, and an agent registers with the fingerprints it finds.
+	// Every plugin before any agent: an agent registers its node with the
+	// fingerprints of its first probe, and the controller plugin publishes
+	// only to node plugins that registered under the shared root.
 	servers := make([]string, len(c.names))
 	for i, name := range c.names {
 		servers[i] = c.servers[name].addr
@@ -329,9 +328,13 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		if leader == "" {
 			return errors.New("no leader")
 		}
-		p, _, err := c.control(leader).Plugin(ctx, nsPluginID, structs.QueryOptions{})
-		if err != nil {
+		var out structs.PluginResponse // see leaderViews for why not api.Client.Plugin
+		if err := c.control(leader).Call(ctx, "Plugin.Get", &structs.PluginSpecificRequest{ID: nsPluginID}, &out); err != nil {
 			return err
+		}
+		p := out.Plugin
+		if p == nil {
+			return fmt.Errorf("plugin %s not registered yet", nsPluginID)
 		}
 		if p.NodesHealthy != len(c.workers) || p.ControllersHealthy != 1 {
 			return fmt.Errorf("plugin %s exp: %d healthy nodes and 1 healthy controller got: %d and %d",
@@ -410,10 +413,7 @@ func (c *netnsCluster) shutdown() {
 	c.mu.Lock()
 	c.stopping = true
 	procs := append([]*nsProc(nil), c.allProcs...)
-	clients := make([]*api.Client, 0, len(c.clients)+len(c.ctl))
-	for _, cl := range c.clients {
-		clients = append(clients, cl)
-	}
+	clients := append([]*api.Client(nil), c.clients...)
 	for _, cl := range c.ctl {
 		clients = append(clients, cl)
 	}
@@ -466,37 +466,46 @@ func (c *netnsCluster) worker(name string) (*nsWorker, error) {
 	return nil, fmt.Errorf("netns: unknown worker %q", name)
 }
 
-// Client implements Cluster: the same client for a server on every call,
-// dialling the server's direct address from the workload namespace.
-// Closing it only drops its session; the next call dials again. It panics
-// on an unknown server, a bug in the caller.
+// Client implements Cluster: a new client on every call (the caller closes
+// it; the backend also closes every one at test end), dialling the
+// server's direct address from the workload namespace. Each caller gets
+// its own session, so one caller's dial to an unreachable server never
+// holds up another's calls. It panics on an unknown server, a bug in the
+// caller.
 func (c *netnsCluster) Client(server string) *api.Client {
-	return c.cachedClient(c.clients, server, api.Config{})
+	s, err := c.server(server)
+	if err != nil {
+		panic(err.Error())
+	}
+	cl, err := api.NewClient(api.Config{Addresses: []string{s.addr}, Timeout: 30 * time.Second, Dialer: c.lab.Dialer(nsWorkloadHost)})
+	if err != nil {
+		panic(fmt.Sprintf("netns: api client for %s: %v", server, err))
+	}
+	c.mu.Lock()
+	c.clients = append(c.clients, cl)
+	c.mu.Unlock()
+	return cl
 }
 
-// control is the backend's own client for a server: short timeouts and no
-// no_leader retries, so probes such as Leader never wait long.
+// control is the backend's own client for a server, one per server: short
+// timeouts and no no_leader retries, so probes such as Leader never wait
+// long.
 func (c *netnsCluster) control(server string) *api.Client {
-	return c.cachedClient(c.ctl, server, api.Config{Timeout: 10 * time.Second, RetryNoLeaderFor: -1})
-}
-
-func (c *netnsCluster) cachedClient(m map[string]*api.Client, server string, cfg api.Config) *api.Client {
 	s, err := c.server(server)
 	if err != nil {
 		panic(err.Error())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl, ok := m[server]; ok {
+	if cl, ok := c.ctl[server]; ok {
 		return cl
 	}
-	cfg.Addresses = []string{s.addr}
-	cfg.Dialer = c.lab.Dialer(nsWorkloadHost)
-	cl, err := api.NewClient(cfg)
+	cl, err := api.NewClient(api.Config{Addresses: []string{s.addr}, Timeout: 10 * time.Second,
+		RetryNoLeaderFor: -1, Dialer: c.lab.Dialer(nsWorkloadHost)})
 	if err != nil {
 		panic(fmt.Sprintf("netns: api client for %s: %v", server, err))
 	}
-	m[server] = cl
+	c.ctl[server] = cl
 	return cl
 }
 
@@ -522,7 +531,12 @@ func (c *netnsCluster) leaderViews(ctx context.Context) map[string]string {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			addr, err := c.control(name).Leader(cctx)
+			// Call, not api.Client.Leader, and a reply read only on
+			// success: after a timeout rpc.MuxClient.Call returns while a
+			// late answer may still be decoded into the reply (a data race
+			// the api wrappers expose by returning the reply regardless).
+			var addr string
+			err := c.control(name).Call(cctx, "Status.Leader", &structs.EmptyArgs{}, &addr)
 			switch {
 			case err != nil:
 				views[i] = "?"
@@ -736,7 +750,9 @@ func (c *netnsCluster) Digest(ctx context.Context, server string) (*structs.Stat
 	wait := 5 * time.Millisecond
 	var last error
 	for range 200 {
-		d, err := cl.StateDigest(ctx)
+		// A fresh reply each time, read only on success: see leaderViews.
+		d := new(structs.StateDigest)
+		err := cl.Call(ctx, "Status.StateDigest", &structs.EmptyArgs{}, d)
 		switch {
 		case err == nil && d.AppliedIndex != 0:
 			return d, nil

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/structs"
 )
@@ -101,11 +103,26 @@ func nsWaitDigests(t *testing.T, c Cluster, minIndex uint64) *structs.StateDiges
 	return first
 }
 
-func nsRegister(t *testing.T, c Cluster, via, id string, mode structs.AccessMode) uint64 {
+// nsClients hands out one workload client per server (Client makes a new
+// one on every call).
+func nsClients(c Cluster) func(server string) *api.Client {
+	var mu sync.Mutex
+	m := map[string]*api.Client{}
+	return func(server string) *api.Client {
+		mu.Lock()
+		defer mu.Unlock()
+		if m[server] == nil {
+			m[server] = c.Client(server)
+		}
+		return m[server]
+	}
+}
+
+func nsRegister(t *testing.T, client func(string) *api.Client, via, id string, mode structs.AccessMode) uint64 {
 	t.Helper()
 	v := &structs.Volume{ID: id, Name: "vol " + id, ExternalID: "ext-" + id, PluginID: nsPluginID,
 		AccessMode: mode, AttachmentMode: structs.AttachmentModeFilesystem}
-	idx, err := c.Client(via).RegisterVolumes(nsTestCtx(t, 30*time.Second), v)
+	idx, err := client(via).RegisterVolumes(nsTestCtx(t, 30*time.Second), v)
 	if err != nil {
 		t.Fatalf("register %s via %s: exp: no error got: %v", id, via, err)
 	}
@@ -149,6 +166,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	done := step("start")
 	c := NewNetns(t, NetnsOptions{}).(*netnsCluster)
 	servers := c.Servers()
+	client := nsClients(c)
 	leader := nsWaitAgree(t, c)
 	done()
 
@@ -156,14 +174,14 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	// from the workload namespace.
 	done = step("alloc runs")
 	w1 := c.Workers()[0]
-	nsRegister(t, c, leader, "smoke-v1", structs.AccessModeSingleNodeWriter)
+	nsRegister(t, client, leader, "smoke-v1", structs.AccessModeSingleNodeWriter)
 	alloc := &structs.Alloc{ID: "smoke-a1", NodeID: w1.NodeID,
 		Volumes: []*structs.AllocVolumeRequest{{VolumeID: "smoke-v1"}}}
-	if _, err := c.Client(leader).PlaceAllocs(nsTestCtx(t, 30*time.Second), alloc); err != nil {
+	if _, err := client(leader).PlaceAllocs(nsTestCtx(t, 30*time.Second), alloc); err != nil {
 		t.Fatalf("place alloc: %v", err)
 	}
 	nsWaitFor(t, "alloc running", func() error {
-		a, _, err := c.Client(leader).Alloc(nsTestCtx(t, 10*time.Second), "smoke-a1", structs.QueryOptions{})
+		a, _, err := client(leader).Alloc(nsTestCtx(t, 10*time.Second), "smoke-a1", structs.QueryOptions{})
 		if err != nil {
 			return err
 		}
@@ -187,7 +205,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	newLeader := nsWaitNewLeader(t, c, leader)
-	nsRegister(t, c, newLeader, "smoke-v2", structs.AccessModeMultiNodeReader)
+	nsRegister(t, client, newLeader, "smoke-v2", structs.AccessModeMultiNodeReader)
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,14 +218,14 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	if err := c.Bridge(others[0], leader, others[1]); err != nil {
 		t.Fatal(err)
 	}
-	nsRegister(t, c, leader, "smoke-v3", structs.AccessModeMultiNodeReader)
+	nsRegister(t, client, leader, "smoke-v3", structs.AccessModeMultiNodeReader)
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.DropSYN(leader, others[0]); err != nil {
 		t.Fatal(err)
 	}
-	nsRegister(t, c, leader, "smoke-v4", structs.AccessModeMultiNodeReader)
+	nsRegister(t, client, leader, "smoke-v4", structs.AccessModeMultiNodeReader)
 	if err := c.Heal(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +240,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	nsRegister(t, c, leader, "smoke-v5", structs.AccessModeMultiNodeReader)
+	nsRegister(t, client, leader, "smoke-v5", structs.AccessModeMultiNodeReader)
 	if took := time.Since(start); took < 2*delay {
 		t.Fatalf("write with %s server latency exp: >= %s got: %s", delay, 2*delay, took)
 	}
@@ -238,7 +256,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	idx := nsRegister(t, c, leader, "smoke-v6", structs.AccessModeMultiNodeReader)
+	idx := nsRegister(t, client, leader, "smoke-v6", structs.AccessModeMultiNodeReader)
 	if err := c.Restart(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +271,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	newLeader = nsWaitNewLeader(t, c, leader)
-	nsRegister(t, c, newLeader, "smoke-v7", structs.AccessModeMultiNodeReader)
+	nsRegister(t, client, newLeader, "smoke-v7", structs.AccessModeMultiNodeReader)
 	if err := c.Resume(leader); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +283,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	done = step("kill + restart plugin")
 	pluginHealth := func(want int) func() error {
 		return func() error {
-			p, _, err := c.Client(leader).Plugin(nsTestCtx(t, 10*time.Second), nsPluginID, structs.QueryOptions{})
+			p, _, err := client(leader).Plugin(nsTestCtx(t, 10*time.Second), nsPluginID, structs.QueryOptions{})
 			if err != nil {
 				return err
 			}
@@ -291,7 +309,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	w2 := c.Workers()[1]
 	nodeStatus := func(want structs.NodeStatus) func() error {
 		return func() error {
-			n, _, err := c.Client(leader).Node(nsTestCtx(t, 10*time.Second), w2.NodeID, structs.QueryOptions{})
+			n, _, err := client(leader).Node(nsTestCtx(t, 10*time.Second), w2.NodeID, structs.QueryOptions{})
 			if err != nil {
 				return err
 			}
@@ -314,19 +332,19 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	// Stop the allocation: the servers drive node then controller detach
 	// and free the claim.
 	done = step("release")
-	if _, err := c.Client(leader).StopAllocs(nsTestCtx(t, 30*time.Second), "smoke-a1"); err != nil {
+	if _, err := client(leader).StopAllocs(nsTestCtx(t, 30*time.Second), "smoke-a1"); err != nil {
 		t.Fatal(err)
 	}
 	nsWaitFor(t, "volume freed", func() error {
 		ctx := nsTestCtx(t, 10*time.Second)
-		v, _, err := c.Client(leader).Volume(ctx, "smoke-v1", structs.QueryOptions{})
+		v, _, err := client(leader).Volume(ctx, "smoke-v1", structs.QueryOptions{})
 		if err != nil {
 			return err
 		}
 		if n := len(v.PastClaims) + len(v.ReadClaims) + len(v.WriteClaims); n > 0 {
 			return fmt.Errorf("claims on smoke-v1 exp: 0 got: %d", n)
 		}
-		evals, _, err := c.Client(leader).Evals(ctx, structs.EvalStatusPending, "smoke-v1", structs.QueryOptions{})
+		evals, _, err := client(leader).Evals(ctx, structs.EvalStatusPending, "smoke-v1", structs.QueryOptions{})
 		if err != nil {
 			return err
 		}
@@ -382,4 +400,18 @@ func TestNetns_HealthReportsCrash(t *testing.T) {
 	if err := nsScanCrash(log); err != nil {
 		t.Fatalf("crash scan of a clean log exp: nil got: %v", err)
 	}
+}
+
+// TestChaos_Netns runs the chaos schedule on real processes in network
+// namespaces: the short schedule (every nemesis once) by default, a long
+// one with -chaos.duration=30m; -chaos.seed replays a schedule. It needs
+// root and nft (skips without, fails with CLAIMD_NETLAB_REQUIRED set). Like
+// TestChaos_InProcess it skips in -short mode; TestNetns_ClusterFormsAndFaultsWork
+// keeps the backend itself covered there.
+func TestChaos_Netns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	c := NewNetns(t, NetnsOptions{})
+	Run(t, c, Options{Duration: *FlagDuration, Seed: *FlagSeed})
 }

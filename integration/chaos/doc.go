@@ -1,0 +1,85 @@
+package chaos
+
+// Design notes for the chaos run (Run, in runner.go). The package comment
+// is in cluster.go.
+//
+// # Running it
+//
+//	go test ./integration/chaos -run TestChaos_InProcess              short schedule, ~1 min
+//	go test ./integration/chaos -run TestChaos_InProcess -chaos.duration=30m
+//	go test ./integration/chaos -run TestChaos_InProcess -chaos.seed=N  replay a schedule
+//	go test ./integration/chaos -run CheckSavedHistory -chaos.history=DIR/history.json
+//	go test ./integration/chaos -run Regression -chaos.pending          bugs whose fix is pending
+//
+// The seed fixes the fault order and durations and every caller's choices;
+// it cannot fix the timing of a real cluster, so a replay reproduces the
+// schedule, not the interleaving.
+//
+// # Who claims the workload's volumes (the parking volume)
+//
+// A claim needs an allocation placed on the claiming node, not terminal,
+// that requests the volume, and a client agent claims every pending
+// allocation on its node by itself. If the workload's allocations were
+// ordinary, the agent would claim them too, at times the history cannot
+// record: a claim refused max_claims is retried by the agent and may land
+// seconds later; a claim the workload released can be taken again by an
+// agent still retrying; a claim whose controller publish failed is
+// released by the server and retaken by the agent. Each is an operation
+// the linearizability checker does not know about, and it would report a
+// violation that is not one.
+//
+// Alternatives that fail: a node registered through the API with no agent
+// goes down when its heartbeats stop, and the release of its claims waits
+// for a session to detach through (forever, or until an operator forces
+// it). Stopping an allocation before releasing it closes the window but
+// makes a release and a stop the same thing, and the claim-then-stop race
+// remains.
+//
+// So every workload allocation requests the parking volume first: a volume
+// of a plugin that no node runs. The agent, which claims an allocation's
+// volumes in order, is refused the parking volume (unschedulable, which it
+// retries with backoff) for as long as the allocation lives, and never
+// reaches the workload's volume. The workload is then the only caller
+// that claims and releases its volumes; the agent still does what matters
+// for the release path: it reports the allocation terminal when it is
+// stopped, and it runs the server's node detach (NodeUnpublish and
+// NodeUnstage of a volume it never mounted: "not mounted" counts as done).
+// The audit check asserts that parking held (no agent ever staged or
+// published a workload volume).
+//
+// Real mounts come from the mount runners, on a separate pool of one volume
+// per access mode: they place ordinary allocations, which the agents claim,
+// stage and publish, and stop them. Their claims are not in the history;
+// the audit, release, digest and health checks cover them.
+//
+// # The history and the model
+//
+// Every workload call is one operation with invoke and return times. A
+// timeout, unavailable, transport failure or leadership loss is unknown:
+// the operation may take effect at any later time, so its return is
+// infinite (porcupine: after everything else), except where the run knows
+// better: a claim cannot land after its allocation's stop committed, and a
+// release has landed by the time the allocation is seen terminal. A caller
+// that got an unknown result stops the allocation and continues under a
+// new one. Definite refusals (max_claims, invalid, not_found, conflict,
+// unschedulable, no_leader, a request never sent) did not take effect. A
+// claim whose error mentions the controller publish is unknown whatever
+// its code: the server took the claim and then released it (or kept it,
+// when recording the publish failed), so it is recorded as an unknown
+// claim plus an unknown release over the same interval.
+//
+// Allocations that end lost (node marked down) or failed (the agent gave
+// up) released their claims at a time nobody observed: each gets a
+// synthetic release from its placement to the end of the history.
+//
+// The model (model.go) is the access-mode table over the live claims of
+// one volume; porcupine partitions the history by volume.
+//
+// # Backends
+//
+// The in-process backend (inproc.go) and the network-namespace backend
+// (netns.go) realise the same faults differently; NewInProcess documents
+// each. Two differences matter when reading results: in process, an
+// isolated server still answers the workload (Jepsen's clients can talk to
+// the minority side, which is how a deposed leader's stale answers would
+// show), and Pause cannot freeze a server's clocks.

@@ -1,0 +1,210 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/csi/hostdir"
+	"github.com/claimd/claimd/structs"
+)
+
+// The checkers must catch what they claim to catch: each test below feeds a
+// small hand-written history or audit log with one violation (or none).
+
+type hist struct{ ops []Op }
+
+func (h *hist) add(o Op) *hist {
+	o.ID = len(h.ops)
+	if o.Outcome == "" {
+		o.Outcome = OK
+	}
+	if o.Volume == "" {
+		o.Volume = "v"
+	}
+	h.ops = append(h.ops, o)
+	return h
+}
+
+func claimOp(caller int, alloc string, access structs.AccessMode, write bool, call, ret int64, out Outcome, code string) Op {
+	return Op{Caller: caller, Kind: OpClaim, Alloc: alloc, Access: access, Write: write, Call: call, Return: ret, Outcome: out, Code: code}
+}
+
+func readOp(caller int, call, ret int64, live ...LiveClaim) Op {
+	return Op{Caller: caller, Kind: OpRead, Call: call, Return: ret, Live: live}
+}
+
+func linOK(t *testing.T, h *hist) bool {
+	t.Helper()
+	err, _ := checkLinearizable(h.ops, 4, 10*time.Second)
+	return err == nil
+}
+
+func TestModel_StaleReadAfterAcknowledgedClaimIsNotLinearizable(t *testing.T) {
+	snw := structs.AccessModeSingleNodeWriter
+	h := (&hist{}).
+		add(claimOp(0, "a1", snw, true, 0, 10, OK, "")).
+		add(readOp(1, 20, 30)) // the claim is acknowledged: a later read must see it
+	if linOK(t, h) {
+		t.Fatal("read missing an acknowledged claim exp: not linearizable got: linearizable")
+	}
+	h.ops[1].Live = []LiveClaim{{Alloc: "a1", Write: true}}
+	if !linOK(t, h) {
+		t.Fatal("read showing the acknowledged claim exp: linearizable got: not")
+	}
+}
+
+func TestModel_TwoWritersOnSingleNodeWriterIsNotLinearizable(t *testing.T) {
+	snw := structs.AccessModeSingleNodeWriter
+	h := (&hist{}).
+		add(claimOp(0, "a1", snw, true, 0, 10, OK, "")).
+		add(claimOp(1, "a2", snw, true, 20, 30, OK, ""))
+	if linOK(t, h) {
+		t.Fatal("second writer admitted without a release exp: not linearizable got: linearizable")
+	}
+	h.add(Op{Caller: 0, Kind: OpRelease, Alloc: "a1", Call: 12, Return: 15})
+	if !linOK(t, h) {
+		t.Fatal("second writer after the first's release exp: linearizable got: not")
+	}
+}
+
+func TestModel_MultiNodeSingleWriterAllowsReadersBesideOneWriter(t *testing.T) {
+	mnsw := structs.AccessModeMultiNodeSingleWriter
+	h := (&hist{}).
+		add(claimOp(0, "w1", mnsw, true, 0, 10, OK, "")).
+		add(claimOp(1, "r1", mnsw, false, 20, 30, OK, "")).
+		add(claimOp(2, "r2", mnsw, false, 20, 30, OK, "")).
+		add(readOp(3, 40, 50, LiveClaim{Alloc: "r1"}, LiveClaim{Alloc: "r2"}, LiveClaim{Alloc: "w1", Write: true}))
+	if !linOK(t, h) {
+		t.Fatal("one writer and two readers exp: linearizable got: not")
+	}
+	h.add(claimOp(0, "w2", mnsw, true, 60, 70, OK, ""))
+	if linOK(t, h) {
+		t.Fatal("a second writer exp: not linearizable got: linearizable")
+	}
+}
+
+func TestModel_UnknownClaimMayOrMayNotHaveLanded(t *testing.T) {
+	snw := structs.AccessModeSingleNodeWriter
+	for _, live := range [][]LiveClaim{nil, {{Alloc: "a1", Write: true}}} {
+		h := (&hist{}).
+			add(claimOp(0, "a1", snw, true, 0, Inf, Unknown, "timeout")).
+			add(readOp(1, 20, 30, live...))
+		if !linOK(t, h) {
+			t.Fatalf("read %v after an unknown claim exp: linearizable got: not", live)
+		}
+	}
+	// But it cannot land twice: seen, then gone without a release.
+	h := (&hist{}).
+		add(claimOp(0, "a1", snw, true, 0, Inf, Unknown, "timeout")).
+		add(readOp(1, 20, 30, LiveClaim{Alloc: "a1", Write: true})).
+		add(readOp(1, 40, 50))
+	if linOK(t, h) {
+		t.Fatal("an unknown claim seen and then gone without a release exp: not linearizable got: linearizable")
+	}
+}
+
+func TestModel_MaxClaimsOnlyWhereTheTableLimits(t *testing.T) {
+	mnmw := structs.AccessModeMultiNodeMultiWriter
+	h := (&hist{}).add(claimOp(0, "a1", mnmw, true, 0, 10, Refused, string(structs.CodeMaxClaims)))
+	if linOK(t, h) {
+		t.Fatal("max_claims on multi-node-multi-writer exp: not linearizable got: linearizable")
+	}
+	h.ops[0].Again = true // the alloc's own earlier claim is being released
+	if !linOK(t, h) {
+		t.Fatal("max_claims for an alloc claiming again exp: linearizable got: not")
+	}
+	snw := structs.AccessModeSingleNodeWriter
+	h = (&hist{}).add(claimOp(0, "a1", snw, true, 0, 10, Refused, string(structs.CodeMaxClaims)))
+	if !linOK(t, h) {
+		t.Fatal("max_claims on single-node-writer (a past claim may hold it) exp: linearizable got: not")
+	}
+}
+
+func TestAcknowledged_LostClaimAndUndoneRelease(t *testing.T) {
+	snw := structs.AccessModeSingleNodeWriter
+	ops := (&hist{}).
+		add(claimOp(0, "a1", snw, true, 0, 10, OK, "")).
+		add(claimOp(1, "a2", snw, true, 0, 10, OK, "")).
+		add(Op{Caller: 1, Kind: OpRelease, Alloc: "a2", Call: 20, Return: 30, Outcome: OK}).
+		add(Op{Caller: 2, Kind: OpRead, Call: 40, Return: 50, Final: true, Outcome: OK,
+			Live: []LiveClaim{{Alloc: "a2", Write: true}}}).ops
+	got := strings.Join(checkAcknowledged(ops), "\n")
+	if !strings.Contains(got, "claim of v by a1") || !strings.Contains(got, "release of a2") {
+		t.Fatalf("S8 problems exp: a1's claim lost and a2's release undone got: %q", got)
+	}
+}
+
+func audit(method, vol, node, target, result string, at int) hostdir.AuditEntry {
+	return hostdir.AuditEntry{Time: time.Unix(1000, int64(at)*int64(time.Millisecond)), Method: method,
+		Volume: vol, Node: node, Target: target, Result: result}
+}
+
+func TestAudit_Violations(t *testing.T) {
+	in := auditInput{access: map[string]structs.AccessMode{
+		"snw": structs.AccessModeSingleNodeWriter, "mnmw": structs.AccessModeMultiNodeMultiWriter}, released: true}
+	cases := []struct {
+		name string
+		logs map[string][]hostdir.AuditEntry
+		want string
+	}{
+		{"clean cycle", map[string][]hostdir.AuditEntry{
+			"controller": {audit("ControllerPublishVolume", "snw", "n1", "", "ok", 1), audit("ControllerUnpublishVolume", "snw", "n1", "", "ok", 6)},
+			"n1": {audit("NodeStageVolume", "snw", "n1", "/s", "ok", 2), audit("NodePublishVolume", "snw", "n1", "/p", "ok", 3),
+				audit("NodeUnpublishVolume", "snw", "n1", "/p", "ok", 4), audit("NodeUnstageVolume", "snw", "n1", "/s", "ok", 5)},
+		}, ""},
+		{"two nodes", map[string][]hostdir.AuditEntry{"controller": {
+			audit("ControllerPublishVolume", "snw", "n1", "", "ok", 1), audit("ControllerPublishVolume", "snw", "n2", "", "ok", 2)}}, "S1"},
+		{"second writer refused", map[string][]hostdir.AuditEntry{"controller": {
+			audit("ControllerPublishVolume", "mnmw", "n2", "", "volume mnmw already has a writer on node n1", 2)}}, "S1"},
+		{"unpublish while mounted", map[string][]hostdir.AuditEntry{
+			"controller": {audit("ControllerPublishVolume", "snw", "n1", "", "ok", 1), audit("ControllerUnpublishVolume", "snw", "n1", "", "ok", 4)},
+			"n1":         {audit("NodeStageVolume", "snw", "n1", "/s", "ok", 2), audit("NodePublishVolume", "snw", "n1", "/p", "ok", 3)},
+		}, "S3"},
+		{"stage without attach", map[string][]hostdir.AuditEntry{
+			"n1": {audit("NodeStageVolume", "snw", "n1", "/s", "ok", 2), audit("NodeUnstageVolume", "snw", "n1", "/s", "ok", 3)},
+		}, "not controller-published"},
+		{"leaked attachment", map[string][]hostdir.AuditEntry{"controller": {
+			audit("ControllerPublishVolume", "mnmw", "n1", "", "ok", 1)}}, "S5/L1"},
+	}
+	for _, tc := range cases {
+		got := strings.Join(checkAudit(in, tc.logs), "\n")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: audit problems exp: %q got: %q", tc.name, tc.want, got)
+		}
+	}
+}
+
+// Operations with infinite returns multiply the checker's search; prune
+// must keep a history full of them (a cut-off agent's stops that never
+// confirmed, lost allocations, claims with no answer) checkable in well
+// under a second. Found on the netns backend: 5,900 operations with ~20
+// such operations per volume did not finish in 60 s before pruning.
+func TestModel_ManyUnknownReleasesStayCheckable(t *testing.T) {
+	pending(t, "the model is not yet fast and exact on histories with many unknown releases (work in progress)")
+	mnmw := structs.AccessModeMultiNodeMultiWriter
+	h := &hist{}
+	var live []LiveClaim
+	now := int64(0)
+	for i := 0; i < 40; i++ {
+		a := string(rune('A'+i%26)) + string(rune('a'+i/26))
+		h.add(claimOp(i%4, a, mnmw, true, now, now+5, OK, ""))
+		live = append(live, LiveClaim{Alloc: a, Write: true})
+		h.add(readOp(i%4, now+6, now+7, live...))
+		// Three ways the claim may have gone, none confirmed.
+		h.add(Op{Caller: i % 4, Kind: OpStop, Alloc: a, Call: now + 8, Return: Inf, Outcome: Unknown})
+		h.add(Op{Caller: -1, Kind: OpDrop, Alloc: a, Call: now, Return: Inf, Outcome: Unknown, Synthetic: true})
+		h.add(Op{Caller: i % 4, Kind: OpRelease, Alloc: a, Call: now + 9, Return: Inf, Outcome: Unknown})
+		// And allocations whose claim was refused, stopped unconfirmed.
+		h.add(claimOp(i%4, a+"x", mnmw, true, now+10, now+11, Refused, "unavailable"))
+		h.add(Op{Caller: i % 4, Kind: OpStop, Alloc: a + "x", Call: now + 12, Return: Inf, Outcome: Unknown})
+		now += 20
+	}
+	start := time.Now()
+	if !linOK(t, h) {
+		t.Fatal("history exp: linearizable got: not")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("check time exp: well under 5s got: %s", d)
+	}
+}
