@@ -217,7 +217,7 @@ var claimModel = (&porcupine.NondeterministicModel{
 		return h.Sum64()
 	},
 	DescribeOperation: func(input, _ any) string { return describeOp(input.(*Op)) },
-	DescribeState: func(s any) string { return "{" + liveText(s.(string)) + "}" },
+	DescribeState:     func(s any) string { return "{" + liveText(s.(string)) + "}" },
 }).ToModel()
 
 func describeOp(op *Op) string {
