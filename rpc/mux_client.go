@@ -8,6 +8,7 @@ import (
 	netrpc "net/rpc"
 	"reflect"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
@@ -140,6 +141,13 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 	case errors.As(call.Error, &se):
 		m.release(c)
 		return structs.ParseError(call.Error)
+	case sendFailed(call.Error):
+		// net/rpc hands back raw errors only from writing the request;
+		// failures while waiting for the reply come as ErrShutdown or
+		// io.ErrUnexpectedEOF. A write that failed on a dead session never
+		// reached the server, so the call may be retried elsewhere.
+		c.Close()
+		return notSent(fmt.Errorf("%s: %w", method, call.Error))
 	default:
 		c.Close()
 		return transportError{coded: structs.NewError(structs.CodeUnavailable, fmt.Sprintf("%s: %v", method, call.Error))}
@@ -178,4 +186,11 @@ func copyReply(reply, fresh any) {
 		return
 	}
 	reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(fresh).Elem())
+}
+
+// sendFailed reports whether err came from writing the request on a dead
+// session or connection.
+func sendFailed(err error) bool {
+	return errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, yamux.ErrStreamClosed) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }

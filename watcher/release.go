@@ -159,6 +159,15 @@ func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error 
 		if other.AllocID == c.AllocID || other.NodeID != c.NodeID {
 			continue
 		}
+		// A claim never controller-published holds no attachment and no
+		// mount here (its publish, which takes the same attach lock, runs
+		// either before we looked or after we detach). Counting it would
+		// keep a writer's read-write attachment alive for a reader whose
+		// read-only publish will be refused, and let failing claims starve
+		// the release (chaos regression WriterFreedWhileItsNodeStaysAttached).
+		if !other.ControllerPublished {
+			continue
+		}
 		if other.State == structs.ClaimStateTaken {
 			w.logger.Debug("skipping controller detach: another live claim on the node uses the volume",
 				"volume", vol.ID, "node", c.NodeID, "alloc", c.AllocID, "other", other.AllocID)

@@ -73,7 +73,12 @@ package chaos
 // synthetic release from its placement to the end of the history.
 //
 // The model (model.go) is the access-mode table over the live claims of
-// one volume; porcupine partitions the history by volume.
+// one volume; porcupine partitions the history by volume. Before checking,
+// operations that cannot change the verdict are pruned (claims with no
+// answer that no read saw, releases of allocations that never held a
+// claim, duplicate releases after a fence): every operation with an
+// infinite return multiplies the search, and a netns run of 5,900
+// operations did not check in 60 s before pruning (0.5 s after).
 //
 // # Backends
 //

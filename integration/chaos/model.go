@@ -30,16 +30,9 @@ import (
 //   - release, stop, drop: the alloc's claim is no longer live.
 //   - read ok: returns exactly the live set.
 
-// modelState is one volume's state: the live claims (alloc → write) and
-// the allocs whose claim has been removed at least once.
-type modelState struct {
-	live map[string]bool
-	done map[string]bool
-}
-
-func (m modelState) encode() string {
-	keys := make([]string, 0, len(m.live))
-	for a, w := range m.live {
+func encodeLive(m map[string]bool) string {
+	keys := make([]string, 0, len(m))
+	for a, w := range m {
 		mode := "r"
 		if w {
 			mode = "w"
@@ -47,34 +40,19 @@ func (m modelState) encode() string {
 		keys = append(keys, a+":"+mode)
 	}
 	sort.Strings(keys)
-	done := make([]string, 0, len(m.done))
-	for a := range m.done {
-		done = append(done, a)
-	}
-	sort.Strings(done)
-	return strings.Join(keys, ",") + "|" + strings.Join(done, ",")
+	return strings.Join(keys, ",")
 }
 
-func decodeState(s string) modelState {
-	m := modelState{live: map[string]bool{}, done: map[string]bool{}}
-	live, done, _ := strings.Cut(s, "|")
-	if live != "" {
-		for _, kv := range strings.Split(live, ",") {
-			a, mode, _ := strings.Cut(kv, ":")
-			m.live[a] = mode == "w"
-		}
+func decodeLive(s string) map[string]bool {
+	m := map[string]bool{}
+	if s == "" {
+		return m
 	}
-	if done != "" {
-		for _, a := range strings.Split(done, ",") {
-			m.done[a] = true
-		}
+	for _, kv := range strings.Split(s, ",") {
+		a, mode, _ := strings.Cut(kv, ":")
+		m[a] = mode == "w"
 	}
 	return m
-}
-
-func liveText(s string) string {
-	live, _, _ := strings.Cut(s, "|")
-	return live
 }
 
 // admissible reports whether a new claim of the op's mode may be taken on
@@ -118,8 +96,7 @@ func maxClaimsAllowed(access structs.AccessMode, write bool) bool {
 }
 
 func stepClaim(state string, op *Op) []any {
-	m := decodeState(state)
-	live := m.live
+	live := decodeLive(state)
 	if w, held := live[op.Alloc]; held {
 		switch op.Outcome {
 		case OK:
@@ -137,7 +114,7 @@ func stepClaim(state string, op *Op) []any {
 			return nil
 		}
 		live[op.Alloc] = op.Write
-		return []any{m.encode()}
+		return []any{encodeLive(live)}
 	case Refused:
 		if op.Code == string(structs.CodeMaxClaims) && !op.Again && !maxClaimsAllowed(op.Access, op.Write) {
 			return nil
@@ -147,7 +124,7 @@ func stepClaim(state string, op *Op) []any {
 		out := []any{state}
 		if admissible(op.Access, live, op.Write) {
 			live[op.Alloc] = op.Write
-			out = append(out, m.encode())
+			out = append(out, encodeLive(live))
 		}
 		return out
 	}
@@ -160,28 +137,15 @@ func step(state any, input, _ any) []any {
 	case OpClaim:
 		return stepClaim(s, op)
 	case OpRelease, OpStop, OpDrop:
-		// Only releases of allocs whose claim certainly took effect reach
-		// the model (see prune): each removes that claim, or comes after
-		// it was removed. One placed before the claim would be a no-op,
-		// equivalent to placing it after everything (its return is
-		// infinite or it would not be there), and admitting it would let
-		// the checker try it at every point of the history.
-		m := decodeState(s)
-		if _, ok := m.live[op.Alloc]; ok {
-			delete(m.live, op.Alloc)
-			m.done[op.Alloc] = true
-			return []any{m.encode()}
-		}
-		if m.done[op.Alloc] {
-			return []any{s}
-		}
-		return nil
+		live := decodeLive(s)
+		delete(live, op.Alloc)
+		return []any{encodeLive(live)}
 	case OpRead:
-		got := modelState{live: map[string]bool{}}
+		got := map[string]bool{}
 		for _, c := range op.Live {
-			got.live[c.Alloc] = c.Write
+			got[c.Alloc] = c.Write
 		}
-		if got.encode() == liveText(s)+"|" {
+		if encodeLive(got) == s {
 			return []any{s}
 		}
 		return nil
@@ -208,7 +172,7 @@ var claimModel = (&porcupine.NondeterministicModel{
 		}
 		return out
 	},
-	Init:  func() []any { return []any{"|"} },
+	Init:  func() []any { return []any{""} },
 	Step:  step,
 	Equal: func(a, b any) bool { return a.(string) == b.(string) },
 	Hash: func(s any) uint64 {
@@ -217,7 +181,7 @@ var claimModel = (&porcupine.NondeterministicModel{
 		return h.Sum64()
 	},
 	DescribeOperation: func(input, _ any) string { return describeOp(input.(*Op)) },
-	DescribeState:     func(s any) string { return "{" + liveText(s.(string)) + "}" },
+	DescribeState:     func(s any) string { return "{" + s.(string) + "}" },
 }).ToModel()
 
 func describeOp(op *Op) string {
