@@ -778,8 +778,10 @@ func (c *netnsCluster) Digest(ctx context.Context, server string) (*structs.Stat
 var nsCrash = regexp.MustCompile(`^(panic: |fatal error: |WARNING: DATA RACE)`)
 
 // Health implements Cluster: no process exited unless it was killed, and
-// no log file shows a panic, a fatal runtime error or a data race. The
-// goroutine bound is not checked (claimd exposes no goroutine count).
+// no log file shows a panic, a fatal runtime error or a data race, and no
+// running server holds more than nsGoroutineBound goroutines (from
+// Status.Runtime; a leak grows with every fault, a healthy server stays in
+// the hundreds).
 func (c *netnsCluster) Health() error {
 	c.mu.Lock()
 	procs := append([]*nsProc(nil), c.allProcs...)
@@ -793,8 +795,25 @@ func (c *netnsCluster) Health() error {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, e))
 		}
 	}
+	for _, name := range c.Servers() {
+		cl := c.Client(name)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := cl.Runtime(ctx)
+		cancel()
+		cl.Close()
+		if err != nil {
+			continue // a dead process is reported above, by its exit
+		}
+		if st.Goroutines > nsGoroutineBound {
+			errs = append(errs, fmt.Errorf("%s: %d goroutines, bound %d (a leak?)", name, st.Goroutines, nsGoroutineBound))
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// nsGoroutineBound: a server serving three peers, a few agents and the
+// workload's sessions runs a few hundred goroutines.
+const nsGoroutineBound = 3000
 
 // nsScanCrash returns the first crash report in a log file with the lines
 // that follow it (the panic value and the first stack frames).
