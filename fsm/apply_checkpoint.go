@@ -9,6 +9,27 @@ import (
 
 func init() {
 	registerCommand(structs.ClaimCheckpointRequestType, applyClaimCheckpoint)
+	registerCommand(structs.CheckpointBatchRequestType, applyCheckpointBatch)
+}
+
+// applyCheckpointBatch applies checkpoints in order, each on its own: like
+// the claim batch, the batch only shares a Raft round between the release
+// workers, so one refused item (a stale compare-and-set) must not fail the
+// others. The entry as a whole is refused only when it carries no items.
+func applyCheckpointBatch(tx *txn, req *structs.CheckpointBatchRequest) (any, error) {
+	if len(req.Checkpoints) == 0 {
+		return nil, structs.Invalid("checkpoints", "must not be empty")
+	}
+	resp := &structs.CheckpointBatchResponse{Results: make([]*structs.CheckpointResult, len(req.Checkpoints))}
+	for i, cp := range req.Checkpoints {
+		c, err := checkpointClaim(tx, cp)
+		if err != nil {
+			resp.Results[i] = &structs.CheckpointResult{Error: asCoded(err)}
+			continue
+		}
+		resp.Results[i] = &structs.CheckpointResult{Claim: c}
+	}
+	return resp, nil
 }
 
 // applyClaimCheckpoint moves a claim along taken → unpublishing →
@@ -25,8 +46,24 @@ func init() {
 //     and becomes a past claim with a pending eval, exactly as by a
 //     release;
 //   - freed deletes the claim and, when it was the last, resets the
-//     volume's current modes.
+//     volume's current modes; when no past claim is left, the volume's
+//     pending evals complete in the same entry (their work is done).
+//
+// A checkpoint may cover several steps when nothing happens between them:
+// NodeDetached says the caller has just done the node detach, so
+// unpublishing → freed (no controller to detach) is one entry, not two.
 func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, error) {
+	c, err := checkpointClaim(tx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &structs.ClaimCheckpointResponse{Claim: c}, nil
+}
+
+// checkpointClaim applies one checkpoint and returns the claim after it (a
+// copy; nil once freed). Every check comes before the first write, so a
+// refused checkpoint leaves nothing behind.
+func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Claim, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -51,7 +88,7 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 		if req.State != structs.ClaimStateTaken ||
 			(len(req.PublishContext) == 0 || maps.Equal(c.PublishContext, req.PublishContext)) &&
 				(!req.ControllerPublished || c.ControllerPublished) {
-			return &structs.ClaimCheckpointResponse{Claim: c.Copy()}, nil
+			return c.Copy(), nil
 		}
 		v := cowVolume(old, tx.index)
 		nc := c.Copy()
@@ -66,11 +103,11 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 			v.ReadClaims[nc.AllocID] = nc
 		}
 		tx.put(TableVolumes, v)
-		return &structs.ClaimCheckpointResponse{Claim: nc.Copy()}, nil
+		return nc.Copy(), nil
 	}
 
 	detached := structs.ClaimStateNodeDetached.Rank()
-	skipsNodeDetach := cur < detached && next > detached
+	skipsNodeDetach := cur < detached && next > detached && !req.NodeDetached
 	// An operator forcing a claim to node-detached (the node is gone for
 	// good) did not unmount anything either: record it like a skip.
 	forcedIntoNodeDetached := cur < detached && next == detached && req.ForcedSkip
@@ -101,8 +138,11 @@ func applyClaimCheckpoint(tx *txn, req *structs.ClaimCheckpointRequest) (any, er
 	}
 	tidyClaims(v)
 	tx.put(TableVolumes, v)
-	if live && out != nil {
+	switch {
+	case live && out != nil:
 		ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
+	case len(v.PastClaims) == 0:
+		completeVolumeEvals(tx, v.ID, "all past claims freed")
 	}
-	return &structs.ClaimCheckpointResponse{Claim: out.Copy()}, nil
+	return out.Copy(), nil
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"errors"
 	"maps"
 	"testing"
@@ -33,18 +34,90 @@ func TestCheckpoint_ForwardToFreedResetsModes(t *testing.T) {
 	if c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed}); c != nil {
 		t.Fatalf("freed: exp: no claim got: %+v", c)
 	}
+	freedAt := h.index
 	v := h.volume("v1")
 	if v.HasClaims() || v.CurrentAccessMode != "" || v.CurrentAttachmentMode != "" || v.PastClaims != nil {
 		t.Fatalf("exp: no claims, current modes reset got: %+v", v)
 	}
 	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
 		VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed}, structs.CodeNotFound)
-	// The eval is still pending until the watcher completes it.
+	// Freeing the last past claim completes the eval in the same entry; the
+	// watcher's own completion after it is a harmless repeat.
 	evals, _ := h.f.State().EvalsByVolume(nil, "v1")
-	if len(evals) != 1 || evals[0].Status != structs.EvalStatusPending {
-		t.Fatalf("exp: eval pending until completed got: %+v", evals)
+	if len(evals) != 1 || evals[0].Status != structs.EvalStatusComplete || evals[0].ModifyIndex != freedAt {
+		t.Fatalf("exp: eval completed by the entry that freed the last past claim got: %+v", evals)
 	}
 	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: evals[0].ID, Status: structs.EvalStatusComplete})
+}
+
+func TestCheckpoint_EvalStaysPendingWhileAPastClaimRemains(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeMultiNodeMultiWriter)
+	h.placeAllocs(testAlloc("a2", "n1", "v1"))
+	h.mustClaim("v1", "a2", "n1", structs.ClaimModeWrite)
+	h.release("v1", "a1")
+	h.release("v1", "a2")
+	mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed, NodeDetached: true})
+	evals, _ := h.f.State().EvalsByVolume(nil, "v1")
+	if len(evals) != 1 || evals[0].Status != structs.EvalStatusPending {
+		t.Fatalf("exp: eval pending while a2's past claim remains got: %+v", evals)
+	}
+	mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a2", State: structs.ClaimStateFreed, NodeDetached: true})
+	evals, _ = h.f.State().EvalsByVolume(nil, "v1")
+	if len(evals) != 1 || evals[0].Status != structs.EvalStatusComplete {
+		t.Fatalf("exp: eval complete with the last past claim freed got: %+v", evals)
+	}
+}
+
+func TestCheckpoint_NodeDetachedCoversTheNodeStep(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.release("v1", "a1")
+	// Without it (or force), passing over node-detached is refused.
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed}, structs.CodeConflict)
+	// It may not say so of a step before node-detached.
+	h.mustRefuse(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+		VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateUnpublishing, NodeDetached: true}, structs.CodeInvalid)
+	c := mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateControllerDetached, ExpectedState: structs.ClaimStateUnpublishing, NodeDetached: true})
+	if c.State != structs.ClaimStateControllerDetached || c.NodeDetachSkipped || c.ForcedSkip {
+		t.Fatalf("exp: controller-detached with nothing recorded as skipped got: %+v", c)
+	}
+}
+
+func TestCheckpointBatch_ItemsApplyInOrderAndARefusalIsItsOwn(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeMultiNodeMultiWriter)
+	h.placeAllocs(testAlloc("a2", "n1", "v1"))
+	h.mustClaim("v1", "a2", "n1", structs.ClaimModeWrite)
+	h.release("v1", "a1")
+	h.release("v1", "a2")
+	before := h.volume("v1")
+	resp := h.mustApply(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{
+		{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached, ExpectedState: structs.ClaimStateUnpublishing},
+		// Sees the first item's write: a1 is node-detached now.
+		{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached, ExpectedState: structs.ClaimStateUnpublishing},
+		{VolumeID: "nope", AllocID: "a1", State: structs.ClaimStateFreed},
+		{VolumeID: "v1", AllocID: "a2", State: structs.ClaimStateFreed, NodeDetached: true},
+	}}).(*structs.CheckpointBatchResponse)
+	got := make([]string, len(resp.Results))
+	for i, r := range resp.Results {
+		switch {
+		case r.Error != nil:
+			got[i] = string(r.Error.Code)
+		case r.Claim == nil:
+			got[i] = "freed"
+		default:
+			got[i] = string(r.Claim.State)
+		}
+	}
+	exp := []string{"node-detached", string(structs.CodeConflict), string(structs.CodeNotFound), "freed"}
+	if fmt.Sprint(got) != fmt.Sprint(exp) {
+		t.Fatalf("exp: %v got: %v", exp, got)
+	}
+	v := h.volume("v1")
+	if len(v.PastClaims) != 1 || v.PastClaims["a1"].State != structs.ClaimStateNodeDetached || v.ModifyIndex == before.ModifyIndex {
+		t.Fatalf("exp: a1 node-detached, a2 freed got: %+v", v.PastClaims)
+	}
+	h.mustRefuse(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{}, structs.CodeInvalid)
 }
 
 func TestCheckpoint_OnlyForward(t *testing.T) {

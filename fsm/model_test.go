@@ -280,6 +280,9 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 }
 
 func (m *model) checkpoint(r *structs.ClaimCheckpointRequest, index uint64) structs.ErrorCode {
+	if r.NodeDetached && r.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+		return structs.CodeInvalid
+	}
 	if _, ok := m.vols[r.VolumeID]; !ok {
 		return structs.CodeNotFound
 	}
@@ -297,7 +300,7 @@ func (m *model) checkpoint(r *structs.ClaimCheckpointRequest, index uint64) stru
 		return structs.CodeConflict
 	case next == cur:
 		return okCode
-	case cur < detached && next > detached && !r.ForcedSkip:
+	case cur < detached && next > detached && !r.ForcedSkip && !r.NodeDetached:
 		return structs.CodeConflict
 	case c.state == structs.ClaimStateTaken && r.State != structs.ClaimStateUnpublishing && !r.ForcedSkip:
 		return structs.CodeConflict
@@ -307,6 +310,14 @@ func (m *model) checkpoint(r *structs.ClaimCheckpointRequest, index uint64) stru
 		delete(m.claims[r.VolumeID], r.AllocID)
 		if len(m.claims[r.VolumeID]) == 0 {
 			delete(m.claims, r.VolumeID)
+		}
+		// The last past claim freed ends the volume's pending evals.
+		if !m.hasPast(r.VolumeID) {
+			for _, e := range m.evals {
+				if e.vol == r.VolumeID && e.status == structs.EvalStatusPending {
+					e.status = structs.EvalStatusComplete
+				}
+			}
 		}
 		return okCode
 	}

@@ -266,7 +266,8 @@ func (r *propRun) checkpoint(t *rapid.T) {
 		AllocID:  r.drawAlloc(t),
 		State:    rapid.SampledFrom(structs.ClaimStates).Draw(t, "state"),
 		// Mostly unforced and without compare-and-set, like the watcher.
-		ForcedSkip: rapid.IntRange(0, 3).Draw(t, "force") == 0,
+		ForcedSkip:   rapid.IntRange(0, 3).Draw(t, "force") == 0,
+		NodeDetached: rapid.IntRange(0, 2).Draw(t, "node_detached") == 0,
 	}
 	if rapid.Bool().Draw(t, "cas") {
 		req.ExpectedState = rapid.SampledFrom(structs.ClaimStates).Draw(t, "expected")

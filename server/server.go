@@ -49,8 +49,9 @@ type Server struct {
 	leaderMu      sync.Mutex
 	leaderChanged chan struct{}
 
-	boot   *bootstrapper
-	claims *claimBatcher
+	boot        *bootstrapper
+	claims      *batcher[*structs.VolumeClaimRequest, *structs.ClaimResult]
+	checkpoints *batcher[*structs.ClaimCheckpointRequest, *structs.CheckpointResult]
 
 	// leaderDuties are switched on after this server wins leadership and
 	// its Barrier completes, and off when it loses leadership.
@@ -144,7 +145,8 @@ func New(cfg Config) (*Server, error) {
 	s.fwd = forward.New(s.pool, s, s.shutdownCh)
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers)
 	s.boot = newBootstrapper(s)
-	s.claims = newClaimBatcher(s.Apply, s.shutdownCh)
+	s.claims = newBatcher(s.commitClaims, s.shutdownCh)
+	s.checkpoints = newBatcher(s.commitCheckpoints, s.shutdownCh)
 	s.pubs = endpoints.NewPublishTracker()
 	s.attach = watcher.NewAttachLocks()
 	s.watcher = watcher.New(watcher.Config{
@@ -166,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 	s.goFunc(func() { s.monitorLeadership() })
 	s.goFunc(func() { s.boot.run() })
 	s.goFunc(func() { s.claims.run() })
+	s.goFunc(func() { s.checkpoints.run() })
 	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
 		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState())
 	return s, nil

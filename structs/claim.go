@@ -218,7 +218,44 @@ type ClaimCheckpointRequest struct {
 	// ForcedSkip allows moving past node-detached without having been there
 	// (the operator's -force); it is recorded on the claim.
 	ForcedSkip bool
+	// NodeDetached says the caller has just node-detached the claim, so
+	// the checkpoint may move past node-detached in the same entry (to
+	// freed, when no controller detach is needed). Nothing is skipped:
+	// no side effect lies between the two steps, so one entry records both.
+	NodeDetached bool
 	WriteRequest
+}
+
+// CheckpointBatchRequest is the checkpoint batch log entry: the leader
+// gathers the checkpoints its release workers send within one Raft round
+// into one entry. Items are applied in order, each on its own: a refused
+// item changes nothing and does not fail the others.
+type CheckpointBatchRequest struct {
+	Checkpoints []*ClaimCheckpointRequest
+	WriteRequest
+}
+
+// CheckpointResult is the outcome of one item of a checkpoint batch.
+type CheckpointResult struct {
+	// Claim is the claim after the checkpoint (a copy), nil once freed or
+	// when the item was refused.
+	Claim *Claim
+	// Error is the item's refusal; nil when it was applied.
+	Error *CodedError
+}
+
+// Err returns the refusal as an error, or a true nil.
+func (r *CheckpointResult) Err() error {
+	if r == nil || r.Error == nil {
+		return nil
+	}
+	return r.Error
+}
+
+// CheckpointBatchResponse is what applying a checkpoint batch returns: one
+// result per item, in the same order.
+type CheckpointBatchResponse struct {
+	Results []*CheckpointResult
 }
 
 // Validate checks the request's fields; errors name the field.
@@ -240,6 +277,9 @@ func (r *ClaimCheckpointRequest) Validate() error {
 	}
 	if (len(r.PublishContext) > 0 || r.ControllerPublished) && r.State != ClaimStateTaken {
 		return Invalid("publish_context", "only a taken checkpoint may carry one")
+	}
+	if r.NodeDetached && r.State.Rank() < ClaimStateNodeDetached.Rank() {
+		return Invalid("node_detached", fmt.Sprintf("a checkpoint to %s cannot say the node detach is done", r.State))
 	}
 	return validateStringMap("publish_context", r.PublishContext)
 }

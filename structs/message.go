@@ -32,6 +32,7 @@ const (
 	ClaimCheckpointRequestType   MessageType = 10
 	EvalUpsertRequestType        MessageType = 11
 	EvalCompleteRequestType      MessageType = 12
+	CheckpointBatchRequestType   MessageType = 13
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -10,9 +10,14 @@ type StateSource interface {
 	State() *fsm.StateStore
 }
 
-// Applier commits one log entry (the server's Apply).
+// Applier commits log entries (the server).
 type Applier interface {
+	// Apply commits one entry.
 	Apply(t structs.MessageType, msg any) (any, uint64, error)
+	// Checkpoint records one claim checkpoint; the server gathers the
+	// checkpoints that workers send together into one entry. A refusal
+	// is the error, as from Apply.
+	Checkpoint(*structs.ClaimCheckpointRequest) (*structs.ClaimCheckpointResponse, uint64, error)
 }
 
 // NodeDetacher runs NodeUnpublish/NodeUnstage on a claim's node, wherever

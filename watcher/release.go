@@ -46,7 +46,9 @@ func (w *Watcher) releaseVolume(volID string) error {
 	var errs []error
 
 	// 1. Node detach every claim still unpublishing (S3: before any
-	// controller detach of the same claim).
+	// controller detach of the same claim). When the plugin has no
+	// controller, nothing is left to do after it: one checkpoint records
+	// the node detach and frees the claim.
 	for _, c := range sortedPast(vol) {
 		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
 			continue
@@ -55,12 +57,18 @@ func (w *Watcher) releaseVolume(volID string) error {
 			errs = append(errs, fmt.Errorf("alloc %s on node %s: node detach: %w", c.AllocID, c.NodeID, err))
 			continue
 		}
-		if err := w.checkpoint(c, structs.ClaimStateNodeDetached); err != nil {
+		next := structs.ClaimStateNodeDetached
+		if !plug.ControllerRequired {
+			next = structs.ClaimStateFreed
+		}
+		if err := w.checkpoint(c, next, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
 
-	// 2. Controller detach the node-detached claims; 3. free them.
+	// 2. Controller detach the node-detached claims and free them: freed
+	// follows the detach with nothing between, so it is one checkpoint
+	// (controller-detached is passed through, not stopped at).
 	if vol, err = state.VolumeByID(nil, volID); err != nil || vol == nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -70,15 +78,9 @@ func (w *Watcher) releaseVolume(volID string) error {
 				errs = append(errs, fmt.Errorf("alloc %s on node %s: controller detach: %w", c.AllocID, c.NodeID, err))
 				continue
 			}
-			if err := w.checkpoint(c, structs.ClaimStateControllerDetached); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			c = c.Copy()
-			c.State = structs.ClaimStateControllerDetached
 		}
-		if c.State == structs.ClaimStateControllerDetached {
-			if err := w.checkpoint(c, structs.ClaimStateFreed); err != nil {
+		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
+			if err := w.checkpoint(c, structs.ClaimStateFreed, false); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -186,10 +188,12 @@ func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error 
 }
 
 // checkpoint records that a claim reached state, as a compare-and-set on
-// the state the worker saw.
-func (w *Watcher) checkpoint(c *structs.Claim, state structs.ClaimState) error {
-	req := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, State: state, ExpectedState: c.State}
-	if _, _, err := w.apply.Apply(structs.ClaimCheckpointRequestType, req); err != nil {
+// the state the worker saw; nodeDetached says the worker has just done the
+// claim's node detach.
+func (w *Watcher) checkpoint(c *structs.Claim, state structs.ClaimState, nodeDetached bool) error {
+	req := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, State: state,
+		ExpectedState: c.State, NodeDetached: nodeDetached}
+	if _, _, err := w.apply.Checkpoint(req); err != nil {
 		return fmt.Errorf("checkpoint %s/%s %s→%s: %w", c.VolumeID, c.AllocID, c.State, state, err)
 	}
 	w.logger.Debug("claim checkpoint", "volume", c.VolumeID, "alloc", c.AllocID, "from", c.State, "to", state)

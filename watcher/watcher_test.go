@@ -40,6 +40,20 @@ func (l *localFSM) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	return resp, l.index, nil
 }
 
+// Checkpoint applies one checkpoint as a batch of one, as the server's
+// batcher would.
+func (l *localFSM) Checkpoint(req *structs.ClaimCheckpointRequest) (*structs.ClaimCheckpointResponse, uint64, error) {
+	raw, index, err := l.Apply(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{req}})
+	if err != nil {
+		return nil, index, err
+	}
+	res := raw.(*structs.CheckpointBatchResponse).Results[0]
+	if err := res.Err(); err != nil {
+		return nil, index, err
+	}
+	return &structs.ClaimCheckpointResponse{Claim: res.Claim}, index, nil
+}
+
 func (l *localFSM) must(t *testing.T, mt structs.MessageType, msg any) any {
 	t.Helper()
 	resp, _, err := l.Apply(mt, msg)

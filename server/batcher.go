@@ -1,0 +1,161 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Group commit. Requests that arrive at the leader while earlier batches
+// are committing are gathered into one batch entry, so one Raft round (one
+// fsync on each server) serves many callers. The FSM applies the items in
+// order and answers each separately, so one refused item never fails the
+// others. Two batchers use this: claims and releases from Volume.Claim
+// (the claim batch entry), and the release workers' checkpoints (the
+// checkpoint batch entry).
+const (
+	// maxItemsPerBatch keeps one entry small enough to replicate in one
+	// AppendEntries and to apply in well under a millisecond.
+	maxItemsPerBatch = 256
+	// maxBatchesInFlight lets a second batch fill while the first commits.
+	// With one, throughput halves (nothing is gathered during a commit);
+	// more than two adds entries without adding fsyncs saved.
+	maxBatchesInFlight = 2
+	batchQueueLen      = 8192
+)
+
+type outcome[Res any] struct {
+	res   Res
+	index uint64
+	err   error
+}
+
+type pending[Req, Res any] struct {
+	req  Req
+	done chan outcome[Res]
+}
+
+// batcher gathers requests into batches; run is its one goroutine. commit
+// applies one batch and returns a result per item, in order, or an error
+// that every item of the batch gets.
+type batcher[Req, Res any] struct {
+	commitFn func([]Req) ([]Res, uint64, error)
+	queue    chan *pending[Req, Res]
+	inflight chan struct{}
+	stopCh   <-chan struct{}
+}
+
+func newBatcher[Req, Res any](commit func([]Req) ([]Res, uint64, error), stopCh <-chan struct{}) *batcher[Req, Res] {
+	return &batcher[Req, Res]{
+		commitFn: commit,
+		queue:    make(chan *pending[Req, Res], batchQueueLen),
+		inflight: make(chan struct{}, maxBatchesInFlight),
+		stopCh:   stopCh,
+	}
+}
+
+// submit queues one request and waits for its own result.
+func (b *batcher[Req, Res]) submit(req Req) (Res, uint64, error) {
+	var zero Res
+	p := &pending[Req, Res]{req: req, done: make(chan outcome[Res], 1)}
+	select {
+	case b.queue <- p:
+	case <-b.stopCh:
+		return zero, 0, structs.ErrShutdown
+	}
+	select {
+	case out := <-p.done:
+		return out.res, out.index, out.err
+	case <-b.stopCh:
+		return zero, 0, structs.ErrShutdown
+	}
+}
+
+func (b *batcher[Req, Res]) run() {
+	for {
+		var first *pending[Req, Res]
+		select {
+		case first = <-b.queue:
+		case <-b.stopCh:
+			return
+		}
+		// Wait for a commit slot first: whatever queues meanwhile joins
+		// this batch.
+		select {
+		case b.inflight <- struct{}{}:
+		case <-b.stopCh:
+			first.done <- outcome[Res]{err: structs.ErrShutdown}
+			return
+		}
+		batch := []*pending[Req, Res]{first}
+	gather:
+		for len(batch) < maxItemsPerBatch {
+			select {
+			case p := <-b.queue:
+				batch = append(batch, p)
+			default:
+				break gather
+			}
+		}
+		go b.commit(batch)
+	}
+}
+
+func (b *batcher[Req, Res]) commit(batch []*pending[Req, Res]) {
+	defer func() { <-b.inflight }()
+	reqs := make([]Req, len(batch))
+	for i, p := range batch {
+		reqs[i] = p.req
+	}
+	results, index, err := b.commitFn(reqs)
+	if err == nil && len(results) != len(batch) {
+		err = structs.NewError(structs.CodeUnavailable, fmt.Sprintf("batch of %d: FSM answered %d results", len(batch), len(results)))
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.done <- outcome[Res]{index: index, err: err}
+			continue
+		}
+		p.done <- outcome[Res]{res: results[i], index: index}
+	}
+}
+
+// commitClaims applies a claim batch entry.
+func (s *Server) commitClaims(reqs []*structs.VolumeClaimRequest) ([]*structs.ClaimResult, uint64, error) {
+	raw, index, err := s.Apply(structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: reqs})
+	if err != nil {
+		return nil, index, err
+	}
+	resp, ok := raw.(*structs.ClaimBatchResponse)
+	if !ok {
+		return nil, index, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("claim batch: unexpected FSM response %T", raw))
+	}
+	return resp.Results, index, nil
+}
+
+// commitCheckpoints applies a checkpoint batch entry.
+func (s *Server) commitCheckpoints(reqs []*structs.ClaimCheckpointRequest) ([]*structs.CheckpointResult, uint64, error) {
+	raw, index, err := s.Apply(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: reqs})
+	if err != nil {
+		return nil, index, err
+	}
+	resp, ok := raw.(*structs.CheckpointBatchResponse)
+	if !ok {
+		return nil, index, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("checkpoint batch: unexpected FSM response %T", raw))
+	}
+	return resp.Results, index, nil
+}
+
+// Checkpoint records one claim checkpoint through the checkpoint batcher:
+// concurrent release workers share entries. It answers like Apply of a
+// single checkpoint: the response, the entry's index, the item's refusal.
+func (s *Server) Checkpoint(req *structs.ClaimCheckpointRequest) (*structs.ClaimCheckpointResponse, uint64, error) {
+	res, index, err := s.checkpoints.submit(req)
+	if err != nil {
+		return nil, index, err
+	}
+	if err := res.Err(); err != nil {
+		return nil, index, err
+	}
+	return &structs.ClaimCheckpointResponse{Claim: res.Claim}, index, nil
+}
