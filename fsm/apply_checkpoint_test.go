@@ -1,8 +1,8 @@
 package fsm
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 
