@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/claimd/claimd/structs"
@@ -242,5 +243,38 @@ func TestEvals_UpsertAndComplete(t *testing.T) {
 	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusComplete}, structs.CodeConflict)
 	if e, _ := h.f.State().EvalByID(nil, id); e.StatusDescription != "plugin said no" {
 		t.Fatalf("exp: permanent error shown on the eval got: %+v", e)
+	}
+}
+
+func TestEvals_AVolumeKeepsItsNewestFinishedEvalsOnly(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	var created []uint64
+	for i := range 10 {
+		if i > 0 {
+			a := fmt.Sprintf("r%d", i)
+			h.placeAllocs(testAlloc(a, "n1", "v1"))
+			h.mustClaim("v1", a, "n1", structs.ClaimModeWrite)
+			h.release("v1", a)
+			mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: a, State: structs.ClaimStateFreed, NodeDetached: true})
+		} else {
+			h.release("v1", "a1")
+			mustCheckpoint(t, h, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed, NodeDetached: true})
+		}
+		evals, _ := h.f.State().EvalsByVolume(nil, "v1")
+		created = created[:0]
+		for _, e := range evals {
+			if e.Status != structs.EvalStatusComplete {
+				t.Fatalf("round %d: exp: every eval complete got: %+v", i, e)
+			}
+			created = append(created, e.CreateIndex)
+		}
+		if want := min(i+1, keepTerminalEvals+1); len(evals) != want {
+			t.Fatalf("round %d: exp: %d evals got: %d", i, want, len(evals))
+		}
+	}
+	// The ones kept are the newest.
+	slices.Sort(created)
+	if created[len(created)-1] != h.index-1 {
+		t.Fatalf("exp: the newest eval (created by the last release at %d) kept got: %v", h.index-1, created)
 	}
 }

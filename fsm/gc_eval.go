@@ -1,6 +1,17 @@
 package fsm
 
-import "github.com/claimd/claimd/structs"
+import (
+	"cmp"
+	"slices"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// keepTerminalEvals is how many finished evals a volume keeps for
+// operators to read (`claimd eval list`). Older ones are deleted when the
+// volume gets a new eval, so a volume claimed and released all day holds a
+// few evals, not one per release.
+const keepTerminalEvals = 3
 
 // ensurePendingEval makes sure a volume with past claims has a pending
 // volume-claim-gc eval, creating one when it has none. One pending eval per
@@ -9,11 +20,13 @@ import "github.com/claimd/claimd/structs"
 // the eval runs is never missed. The ID is derived from the Raft index so
 // every server creates the same eval.
 func ensurePendingEval(tx *txn, volumeID, trigger string) {
-	for _, e := range evalsOfVolume(tx, volumeID) {
+	evals := evalsOfVolume(tx, volumeID)
+	for _, e := range evals {
 		if e.Status == structs.EvalStatusPending {
 			return
 		}
 	}
+	pruneTerminalEvals(tx, evals)
 	tx.put(TableEvals, &structs.Eval{
 		ID:          structs.DeriveEvalID(tx.index, volumeID),
 		Type:        structs.EvalTypeVolumeClaimGC,
@@ -37,5 +50,26 @@ func completeVolumeEvals(tx *txn, volumeID, why string) {
 		c.StatusDescription = why
 		c.ModifyIndex = tx.index
 		tx.put(TableEvals, c)
+	}
+}
+
+// pruneTerminalEvals deletes all but the newest keepTerminalEvals of a
+// volume's finished evals (newest by CreateIndex, then ID: the same on
+// every server).
+func pruneTerminalEvals(tx *txn, evals []*structs.Eval) {
+	var done []*structs.Eval
+	for _, e := range evals {
+		if e.Status.Terminal() {
+			done = append(done, e)
+		}
+	}
+	if len(done) <= keepTerminalEvals {
+		return
+	}
+	slices.SortFunc(done, func(a, b *structs.Eval) int {
+		return cmp.Or(cmp.Compare(b.CreateIndex, a.CreateIndex), cmp.Compare(b.ID, a.ID))
+	})
+	for _, e := range done[keepTerminalEvals:] {
+		tx.remove(TableEvals, e)
 	}
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"slices"
+	"sort"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -50,8 +51,9 @@ type mClaim struct {
 func (c *mClaim) past() bool { return c.state != structs.ClaimStateTaken }
 
 type mEval struct {
-	vol    string
-	status structs.EvalStatus
+	vol     string
+	status  structs.EvalStatus
+	created uint64
 }
 
 func newModel() *model {
@@ -204,12 +206,28 @@ func (m *model) releaseAlloc(aid string, index uint64) {
 }
 
 func (m *model) ensureEval(vol string, index uint64) {
-	for _, e := range m.evals {
+	var done []string
+	for id, e := range m.evals {
 		if e.vol == vol && e.status == structs.EvalStatusPending {
 			return
 		}
+		if e.vol == vol && e.status.Terminal() {
+			done = append(done, id)
+		}
 	}
-	m.evals[structs.DeriveEvalID(index, vol)] = &mEval{vol: vol, status: structs.EvalStatusPending}
+	// A volume keeps its newest three finished evals.
+	sort.Slice(done, func(i, j int) bool {
+		a, b := m.evals[done[i]], m.evals[done[j]]
+		if a.created != b.created {
+			return a.created > b.created
+		}
+		return done[i] > done[j]
+	})
+	for len(done) > 3 {
+		delete(m.evals, done[len(done)-1])
+		done = done[:len(done)-1]
+	}
+	m.evals[structs.DeriveEvalID(index, vol)] = &mEval{vol: vol, status: structs.EvalStatusPending, created: index}
 }
 
 func (m *model) hasPast(vol string) bool {
@@ -328,11 +346,11 @@ func (m *model) checkpoint(r *structs.ClaimCheckpointRequest, index uint64) stru
 	return okCode
 }
 
-func (m *model) upsertEval(id, vol string) structs.ErrorCode {
+func (m *model) upsertEval(id, vol string, index uint64) structs.ErrorCode {
 	if m.evals[id] != nil {
 		return structs.CodeConflict // the test only re-upserts finished evals
 	}
-	e := &mEval{vol: vol, status: structs.EvalStatusPending}
+	e := &mEval{vol: vol, status: structs.EvalStatusPending, created: index}
 	if _, ok := m.vols[vol]; !ok || !m.hasPast(vol) {
 		e.status = structs.EvalStatusComplete
 	}

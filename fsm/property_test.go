@@ -282,7 +282,7 @@ func (r *propRun) upsertEval(t *rapid.T) {
 	vol := rapid.SampledFrom(propVols).Draw(t, "vol")
 	resp := r.apply(structs.EvalUpsertRequestType, &structs.EvalUpsertRequest{Evals: []*structs.Eval{
 		{ID: id, Type: structs.EvalTypeVolumeClaimGC, VolumeID: vol, TriggeredBy: structs.EvalTriggerOperator}}})
-	r.expect("upsert eval "+id, r.m.upsertEval(id, vol), resp)
+	r.expect("upsert eval "+id, r.m.upsertEval(id, vol, r.index), resp)
 }
 
 func (r *propRun) completeEval(t *rapid.T) {
