@@ -156,28 +156,34 @@ func (b *batcher[Req, Res]) commit(batch []*pending[Req, Res]) {
 
 // commitClaims applies a claim batch entry.
 func (s *Server) commitClaims(reqs []*structs.VolumeClaimRequest) ([]*structs.ClaimResult, uint64, error) {
-	raw, index, err := s.Apply(structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: reqs})
+	resp, index, err := applyAs[*structs.ClaimBatchResponse](s, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: reqs})
 	if err != nil {
 		return nil, index, err
-	}
-	resp, ok := raw.(*structs.ClaimBatchResponse)
-	if !ok {
-		return nil, index, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("claim batch: unexpected FSM response %T", raw))
 	}
 	return resp.Results, index, nil
 }
 
 // commitCheckpoints applies a checkpoint batch entry.
 func (s *Server) commitCheckpoints(reqs []*structs.ClaimCheckpointRequest) ([]*structs.CheckpointResult, uint64, error) {
-	raw, index, err := s.Apply(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: reqs})
+	resp, index, err := applyAs[*structs.CheckpointBatchResponse](s, structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: reqs})
 	if err != nil {
 		return nil, index, err
 	}
-	resp, ok := raw.(*structs.CheckpointBatchResponse)
-	if !ok {
-		return nil, index, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("checkpoint batch: unexpected FSM response %T", raw))
-	}
 	return resp.Results, index, nil
+}
+
+// applyAs applies an entry whose FSM response must be a T.
+func applyAs[T any](s *Server, t structs.MessageType, msg any) (T, uint64, error) {
+	var zero T
+	raw, index, err := s.Apply(t, msg)
+	if err != nil {
+		return zero, index, err
+	}
+	resp, ok := raw.(T)
+	if !ok {
+		return zero, index, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("entry type %d: unexpected FSM response %T", t, raw))
+	}
+	return resp, index, nil
 }
 
 // Checkpoint records one claim checkpoint through the checkpoint batcher:
