@@ -78,8 +78,32 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 			reply.Claim = c.Copy()
 			return nil
 		}
+		// An attachment is per (volume, node): one this node already holds
+		// for another live claim serves this one too when it allows what
+		// this claim does (a read-write attachment serves a reader). Asking
+		// the controller again would be refused by a plugin that records
+		// attachments (AlreadyExists, read-only flag differs) and fail the
+		// alloc for nothing. The watcher detaches the controller only when
+		// no live published claim on the node is left.
+		if att := attachmentServing(vol, claim); att != nil {
+			return v.recordPublished(claim, att.PublishContext, reply)
+		}
 	}
 	return v.controllerPublish(claim, reply)
+}
+
+// attachmentServing returns another live, controller-published claim on
+// the claim's node whose attachment also serves the claim, or nil.
+func attachmentServing(vol *structs.Volume, claim *structs.Claim) *structs.Claim {
+	for _, other := range vol.LiveClaims() {
+		if other.AllocID == claim.AllocID || other.NodeID != claim.NodeID || !other.ControllerPublished {
+			continue
+		}
+		if other.Mode == structs.ClaimModeWrite || claim.Mode == structs.ClaimModeRead {
+			return other
+		}
+	}
+	return nil
 }
 
 // controllerPublish runs ControllerPublish for a claim and records it. If
@@ -111,10 +135,16 @@ func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeCl
 		}
 		return structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))
 	}
+	return v.recordPublished(claim, attached.PublishContext, reply)
+}
+
+// recordPublished records on the claim that its node holds the controller
+// attachment, with the attachment's publish context.
+func (v *Volume) recordPublished(claim *structs.Claim, publishContext map[string]string, reply *structs.VolumeClaimResponse) error {
 	cp := &structs.ClaimCheckpointRequest{
 		VolumeID: claim.VolumeID, AllocID: claim.AllocID,
 		State: structs.ClaimStateTaken, ExpectedState: structs.ClaimStateTaken,
-		PublishContext: attached.PublishContext, ControllerPublished: true,
+		PublishContext: publishContext, ControllerPublished: true,
 	}
 	resp, index, err := v.srv.Apply(structs.ClaimCheckpointRequestType, cp)
 	if err != nil {
@@ -124,7 +154,7 @@ func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeCl
 	if r, ok := resp.(*structs.ClaimCheckpointResponse); ok && r.Claim != nil {
 		reply.Claim = r.Claim
 	} else {
-		reply.Claim.PublishContext = attached.PublishContext
+		reply.Claim.PublishContext = publishContext
 	}
 	return nil
 }

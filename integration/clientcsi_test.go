@@ -789,3 +789,63 @@ func TestClientCSI_ClaimRetriedDuringControllerPublish_NodeStagesAfterPublish(t 
 		t.Fatalf("claim of v1 by a1 exp: publish context for ext-w1 got: %+v", c)
 	}
 }
+
+// An attachment is per (volume, node). A reader placed on a node that
+// already holds the volume read-write for a writer shares that attachment:
+// no second ControllerPublish (which the plugin refuses as AlreadyExists,
+// read-only flag differs: found by the chaos suite's mount runners, the
+// reader's alloc used to fail). The attachment outlives the writer while
+// the reader runs, and goes with the last claim on the node.
+func TestClientCSI_ReaderOnANodeHoldingAWriterSharesItsAttachment(t *testing.T) {
+	e := newCSIEnv(t)
+	f1, f2 := e.followers(t)
+	e.addNode(t, "w1", hostdir.ModeNode, f1)
+	e.addNode(t, "ctrl", hostdir.ModeController, f2)
+	e.waitPlugin(t, 1, 1)
+	cl := e.apis[e.leader.Name]
+	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
+
+	e.place(t, cl, "writer", "w1", "v1")
+	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
+	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
+	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
+
+	audit := e.plugins["ctrl"].Audit()
+	if n := csiCalls(audit, "ControllerPublishVolume", "ext-v1", "", "", ""); n != 1 {
+		t.Fatalf("ControllerPublish of v1 exp: 1 (the writer's; the reader shares it) got: %d in %+v", n, audit)
+	}
+	v := e.volume(t, cl, "v1")
+	if c := v.ReadClaims["reader"]; c == nil || !c.ControllerPublished || c.PublishContext[hostdir.PublishContextNode] != "ext-w1" {
+		t.Fatalf("reader's claim exp: controller-published with the node's publish context got: %+v", c)
+	}
+
+	// The writer leaves: the reader still needs the attachment.
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "writer"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, func() error {
+		if v := e.volume(t, cl, "v1"); len(v.PastClaims) > 0 || v.WriteClaims["writer"] != nil {
+			return fmt.Errorf("writer's claim exp: freed got: write=%v past=%v", v.WriteClaims, v.PastClaims)
+		}
+		return nil
+	})
+	if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "ext-v1", "", "", ""); n != 0 {
+		t.Fatalf("ControllerUnpublish of v1 while the reader runs exp: 0 got: %d", n)
+	}
+	// The reader leaves: now the node's attachment goes.
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "reader"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, func() error {
+		if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "ext-v1", "ext-w1", "ok", ""); n != 1 {
+			return fmt.Errorf("ControllerUnpublish of v1 from w1 exp: 1 got: %d", n)
+		}
+		if v := e.volume(t, cl, "v1"); v.HasClaims() {
+			return fmt.Errorf("v1 exp: no claims got: %+v %+v", v.ReadClaims, v.PastClaims)
+		}
+		return nil
+	})
+}
