@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/claimd/claimd/structs"
@@ -24,10 +25,10 @@ const (
 	// (measured: BenchmarkClaimPath, 64 callers, 3.0-3.3k claims/s with
 	// two in flight, 4.5k with one and the linger below).
 	maxBatchesInFlight = 1
-	// maxLinger bounds how long a batch waits to grow back to the size of
-	// the one before: the callers it served are sending their next
-	// requests right now, and an entry that carries them all saves a
-	// round of fsyncs. A lone caller (previous batch of one) never waits.
+	// maxLinger bounds how long a batch waits for the requests it expects:
+	// the callers the last commit answered are sending their next requests
+	// right now, and an entry that carries them all (with those that queued
+	// during the commit) saves a round of fsyncs. A lone caller never waits.
 	maxLinger     = time.Millisecond
 	batchQueueLen = 8192
 )
@@ -51,8 +52,10 @@ type batcher[Req, Res any] struct {
 	queue    chan *pending[Req, Res]
 	inflight chan struct{}
 	stopCh   <-chan struct{}
-	// lastSize is the size of the previous batch (only run touches it).
-	lastSize int
+	// expect is how many requests the next batch should carry: set when
+	// a commit ends, to the callers it answered (who are about to send
+	// their next requests) plus those already queued.
+	expect atomic.Int64
 }
 
 func newBatcher[Req, Res any](commit func([]Req) ([]Res, uint64, error), stopCh <-chan struct{}) *batcher[Req, Res] {
@@ -98,13 +101,12 @@ func (b *batcher[Req, Res]) run() {
 			return
 		}
 		batch := b.gather(first)
-		b.lastSize = len(batch)
 		go b.commit(batch)
 	}
 }
 
 // gather takes what is queued behind first, up to maxItemsPerBatch. Short
-// of the previous batch's size it waits up to maxLinger for more.
+// of what it expects (see expect) it waits up to maxLinger for more.
 func (b *batcher[Req, Res]) gather(first *pending[Req, Res]) []*pending[Req, Res] {
 	batch := []*pending[Req, Res]{first}
 	var linger <-chan time.Time
@@ -115,7 +117,7 @@ func (b *batcher[Req, Res]) gather(first *pending[Req, Res]) []*pending[Req, Res
 			continue
 		default:
 		}
-		if len(batch) >= b.lastSize {
+		if len(batch) >= int(b.expect.Load()) {
 			return batch
 		}
 		if linger == nil {
@@ -142,6 +144,9 @@ func (b *batcher[Req, Res]) commit(batch []*pending[Req, Res]) {
 		reqs[i] = p.req
 	}
 	results, index, err := b.commitFn(reqs)
+	// Counted before anyone is answered, so that an answered caller's next
+	// request is not counted twice.
+	b.expect.Store(int64(min(len(batch)+len(b.queue), maxItemsPerBatch)))
 	if err == nil && len(results) != len(batch) {
 		err = structs.NewError(structs.CodeUnavailable, fmt.Sprintf("batch of %d: FSM answered %d results", len(batch), len(results)))
 	}
