@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -290,5 +291,23 @@ func TestSnapshot_PersistThroughRaftSink(t *testing.T) {
 	}
 	if !bytes.Equal(mustSnapshotBytes(t, h.f), mustSnapshotBytes(t, f2)) {
 		t.Fatalf("exp: identical state after persist and restore got: different")
+	}
+}
+
+func TestRelaxGC_OverlappingRestoresPutTheSettingBack(t *testing.T) {
+	orig := debug.SetGCPercent(123)
+	defer debug.SetGCPercent(orig)
+	endA := relaxGC()
+	endB := relaxGC()
+	if got := debug.SetGCPercent(restoreGCPercent); got != restoreGCPercent {
+		t.Fatalf("during restores exp: %d got: %d", restoreGCPercent, got)
+	}
+	endA()
+	if got := debug.SetGCPercent(restoreGCPercent); got != restoreGCPercent {
+		t.Fatalf("while one restore still runs exp: %d got: %d", restoreGCPercent, got)
+	}
+	endB()
+	if got := debug.SetGCPercent(123); got != 123 {
+		t.Fatalf("after the last restore exp: 123 got: %d", got)
 	}
 }
