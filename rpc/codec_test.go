@@ -195,3 +195,97 @@ func TestMuxClient_CallsOverOneSessionAndTimesOut(t *testing.T) {
 		t.Fatalf("call on closed session exp: unavailable+not sent got: %v", err)
 	}
 }
+
+// slow answers only once released, after the caller has given up.
+type slow struct {
+	release chan struct{}
+	written chan struct{}
+}
+
+func (s *slow) Wait(args *EchoArgs, reply *string) error {
+	<-s.release
+	*reply = "late " + args.Payload
+	return nil
+}
+
+// signalCodec reports each response written to the wire.
+type signalCodec struct {
+	netrpc.ServerCodec
+	written chan struct{}
+}
+
+func (c signalCodec) WriteResponse(r *netrpc.Response, body any) error {
+	err := c.ServerCodec.WriteResponse(r, body)
+	if r.ServiceMethod == "Slow.Wait" {
+		close(c.written)
+	}
+	return err
+}
+
+// Chaos regression: a reply that arrived after its call timed out was
+// decoded into the caller's value while the caller was already using it (a
+// data race under -race, and a value changing under the caller). The
+// client now decodes into a fresh value and copies it out only on success.
+func TestMuxClient_LateReplyAfterTimeoutNeverReachesTheCaller(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sl := &slow{release: make(chan struct{}), written: make(chan struct{})}
+	rs := netrpc.NewServer()
+	_ = rs.RegisterName("Slow", sl)
+	_ = rs.RegisterName("Echo", &echo{})
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		var b [1]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil || Protocol(b[0]) != ProtoMux {
+			c.Close()
+			return
+		}
+		sess, err := newTestYamuxServer(c)
+		if err != nil {
+			return
+		}
+		for {
+			s, err := sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			go rs.ServeCodec(signalCodec{ServerCodec: NewServerCodec(s, MaxRequestBytes), written: sl.written})
+		}
+	}()
+	mc, err := DialMux(context.Background(), nil, l.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+
+	out := "untouched"
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = mc.Call(ctx, "Slow.Wait", &EchoArgs{Payload: "x"}, &out)
+	cancel()
+	if !errors.Is(err, structs.ErrTimeout) {
+		t.Fatalf("call exp: timeout got: %v", err)
+	}
+	// The caller owns its value again: it writes it while the late reply
+	// is sent (the race detector reports a concurrent write by the client).
+	out = "mine"
+	close(sl.release)
+	select {
+	case <-sl.written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow handler never answered")
+	}
+	// A call on the same session after the late reply's frames.
+	var echoed string
+	if err := mc.Call(context.Background(), "Echo.Echo", &EchoArgs{Payload: "y"}, &echoed); err != nil || echoed != "y" {
+		t.Fatalf("next call exp: y got: %q %v", echoed, err)
+	}
+	if out != "mine" {
+		t.Fatalf("caller's value after a late reply exp: mine got: %q", out)
+	}
+}
