@@ -849,3 +849,68 @@ func TestClientCSI_ReaderOnANodeHoldingAWriterSharesItsAttachment(t *testing.T) 
 		return nil
 	})
 }
+
+// Chaos regression (S3/S4): the release of a past claim decided "no live
+// claim on this node uses the volume", then waited for the plugin's
+// controller lock; meanwhile a new claim on the same node was published
+// (the plugin saw the node attached already) and staged, and the late
+// ControllerUnpublish detached the volume under it. Publish and the
+// release's check-and-unpublish of one (volume, node) now exclude each
+// other, so the new claim's publish comes after the unpublish and the node
+// ends attached.
+func TestClientCSI_NewClaimDuringAReleaseWaitingForTheControllerEndsAttached(t *testing.T) {
+	e := newCSIEnv(t)
+	f1, f2 := e.followers(t)
+	e.addNode(t, "w1", hostdir.ModeNode, f1)
+	e.addNode(t, "ctrl", hostdir.ModeController, f2)
+	e.waitPlugin(t, 1, 1)
+	cl := e.apis[e.leader.Name]
+	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
+	e.register(t, cl, "v2", structs.AccessModeMultiNodeMultiWriter)
+	e.place(t, cl, "a1", "w1", "v1")
+	e.place(t, cl, "b1", "w1", "v2")
+	e.waitAlloc(t, cl, "a1", structs.AllocClientRunning, applyWait)
+	e.waitAlloc(t, cl, "b1", structs.AllocClientRunning, applyWait)
+
+	// v2's slow ControllerUnpublish holds the plugin's controller lock
+	// while v1's release reaches its controller step.
+	e.plugins["ctrl"].SetControl(hostdir.Control{Delay: map[string]string{"ControllerUnpublishVolume": "2s"}})
+	nodeDetached := func(vol, alloc string) func() error {
+		return func() error {
+			if c := e.volume(t, cl, vol).PastClaims[alloc]; c == nil || c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+				return fmt.Errorf("%s's claim on %s exp: node-detached got: %+v", alloc, vol, c)
+			}
+			return nil
+		}
+	}
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "b1"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, nodeDetached("v2", "b1"))
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, nodeDetached("v1", "a1"))
+	// Now a new alloc on the same node claims v1.
+	e.place(t, cl, "a2", "w1", "v1")
+	e.waitAlloc(t, cl, "a2", structs.AllocClientRunning, applyWait)
+	harness.WaitFor(t, applyWait, func() error {
+		if v := e.volume(t, cl, "v1"); len(v.PastClaims) > 0 {
+			return fmt.Errorf("v1's past claims exp: freed got: %+v", v.PastClaims)
+		}
+		return nil
+	})
+
+	// The controller's last word on v1 at w1 is an attach: a2 runs on an
+	// attached volume.
+	last := ""
+	for _, en := range e.plugins["ctrl"].Audit() {
+		if en.Volume == "ext-v1" && en.Node == "ext-w1" && en.Result == "ok" &&
+			(en.Method == "ControllerPublishVolume" || en.Method == "ControllerUnpublishVolume") {
+			last = en.Method
+		}
+	}
+	if last != "ControllerPublishVolume" {
+		t.Fatalf("last controller call on v1 at w1 while a2 runs exp: ControllerPublishVolume got: %q", last)
+	}
+}
