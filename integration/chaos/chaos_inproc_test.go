@@ -60,8 +60,6 @@ func TestChaos_CheckSavedHistory(t *testing.T) {
 	}
 }
 
-var flagPending = flag.Bool("chaos.pending", false, "also run the regression tests of bugs whose fix is pending")
-
 // keepLogsOnFailure saves every log of c when the test fails (registered
 // after c, so it runs before c stops).
 func keepLogsOnFailure(t *testing.T, c Cluster) {
@@ -75,14 +73,6 @@ func keepLogsOnFailure(t *testing.T, c Cluster) {
 		}
 		t.Logf("logs saved in %s (%v)", dir, err)
 	})
-}
-
-// pending skips a regression test whose bug is not fixed yet.
-func pending(t *testing.T, bug string) {
-	t.Helper()
-	if !*flagPending {
-		t.Skipf("fix pending: %s (run with -chaos.pending)", bug)
-	}
 }
 
 // Found by TestChaos_InProcess (kill-leader while release workers were

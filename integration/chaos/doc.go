@@ -9,7 +9,7 @@ package chaos
 //	go test ./integration/chaos -run TestChaos_InProcess -chaos.duration=30m
 //	go test ./integration/chaos -run TestChaos_InProcess -chaos.seed=N  replay a schedule
 //	go test ./integration/chaos -run CheckSavedHistory -chaos.history=DIR/history.json
-//	go test ./integration/chaos -run Regression -chaos.pending          bugs whose fix is pending
+//	go test ./integration/chaos -run Regression                         the bugs it found, one test each
 //
 // The seed fixes the fault order and durations and every caller's choices;
 // it cannot fix the timing of a real cluster, so a replay reproduces the
