@@ -91,8 +91,32 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 		if att := attachmentServing(vol, claim); att != nil {
 			return v.recordPublished(claim, att.PublishContext, reply)
 		}
+		// A read-only attachment cannot serve a writer, and publishing the
+		// node again read-write is what plugins refuse: the writer waits
+		// (retryable; its claim stays taken) until the node's readers are
+		// gone and the watcher has detached the read-only attachment.
+		if r := readOnlyAttachment(vol, claim); r != nil {
+			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+				"volume %q is attached read-only to node %q for alloc %q; a writer on that node waits until it is released; retry",
+				vol.ID, claim.NodeID, r.AllocID))
+		}
 	}
 	return v.controllerPublish(claim, reply)
+}
+
+// readOnlyAttachment returns a live, controller-published read claim on a
+// writer's node (whose attachment is read-only), or nil.
+func readOnlyAttachment(vol *structs.Volume, claim *structs.Claim) *structs.Claim {
+	if claim.Mode != structs.ClaimModeWrite {
+		return nil
+	}
+	for _, other := range vol.LiveClaims() {
+		if other.AllocID != claim.AllocID && other.NodeID == claim.NodeID && other.ControllerPublished &&
+			other.Mode == structs.ClaimModeRead {
+			return other
+		}
+	}
+	return nil
 }
 
 // attachmentServing returns another live, controller-published claim on

@@ -916,3 +916,54 @@ func TestClientCSI_NewClaimDuringAReleaseWaitingForTheControllerEndsAttached(t *
 		t.Fatalf("last controller call on v1 at w1 while a2 runs exp: ControllerPublishVolume got: %q", last)
 	}
 }
+
+// The other order: a writer placed on a node that holds the volume
+// read-only for a reader waits (retryable) instead of asking the
+// controller for a read-write attachment the plugin would refuse; once the
+// reader is gone and its attachment detached, the writer is published
+// read-write and runs.
+func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) {
+	e := newCSIEnv(t)
+	f1, f2 := e.followers(t)
+	e.addNode(t, "w1", hostdir.ModeNode, f1)
+	e.addNode(t, "ctrl", hostdir.ModeController, f2)
+	e.waitPlugin(t, 1, 1)
+	cl := e.apis[e.leader.Name]
+	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
+
+	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
+	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
+	e.place(t, cl, "writer", "w1", "v1")
+	// The writer's claim is taken and waits unpublished while the reader runs.
+	harness.WaitFor(t, applyWait, func() error {
+		if c := e.volume(t, cl, "v1").WriteClaims["writer"]; c == nil || c.ControllerPublished {
+			return fmt.Errorf("writer's claim exp: taken, not published got: %+v", c)
+		}
+		return nil
+	})
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "reader"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
+
+	audit := e.plugins["ctrl"].Audit()
+	if n := failedCalls(audit, "ControllerPublishVolume", "ext-v1"); n != 0 {
+		t.Fatalf("failed ControllerPublish of v1 exp: 0 (the writer waited) got: %d in %+v", n, audit)
+	}
+	var order []string
+	for _, en := range audit {
+		if en.Volume == "ext-v1" && en.Result == "ok" && strings.HasPrefix(en.Method, "Controller") {
+			order = append(order, en.Method)
+		}
+	}
+	exp := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ControllerPublishVolume"}
+	if fmt.Sprint(order) != fmt.Sprint(exp) {
+		t.Fatalf("controller calls on v1 exp: %v (reader's read-only attach, its detach, the writer's attach) got: %v", exp, order)
+	}
+	if c := e.volume(t, cl, "v1").WriteClaims["writer"]; c == nil || !c.ControllerPublished {
+		t.Fatalf("writer's claim exp: published got: %+v", c)
+	}
+}
