@@ -60,6 +60,18 @@ func (e *csiEnv) followers(t *testing.T) (*harness.TestServer, *harness.TestServ
 
 // addNode starts a hostdir plugin named name in mode, and a client agent
 // running it that connects to first (the other servers after it).
+// newWorkerAndController: a worker w1 on one follower, a controller node
+// "ctrl" on the other, the plugin seen healthy, and the leader's API.
+func newWorkerAndController(t *testing.T) (*csiEnv, *api.Client) {
+	t.Helper()
+	e := newCSIEnv(t)
+	f1, f2 := e.followers(t)
+	e.addNode(t, "w1", hostdir.ModeNode, f1)
+	e.addNode(t, "ctrl", hostdir.ModeController, f2)
+	e.waitPlugin(t, 1, 1)
+	return e, e.apis[e.leader.Name]
+}
+
 func (e *csiEnv) addNode(t *testing.T, name string, mode hostdir.Mode, first *harness.TestServer) {
 	t.Helper()
 	p := harness.StartPlugin(t, name, mode, e.root)
@@ -714,12 +726,7 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 // agent retries the claim, which is new again and published again, and
 // the allocation runs (DESIGN.md §5, Claim).
 func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing.T) {
-	e := newCSIEnv(t)
-	f1, f2 := e.followers(t)
-	e.addNode(t, "w1", hostdir.ModeNode, f1)
-	e.addNode(t, "ctrl", hostdir.ModeController, f2)
-	e.waitPlugin(t, 1, 1)
-	cl := e.apis[e.leader.Name]
+	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeSingleNodeWriter)
 
 	// The publish fails once; the clean-up's ControllerUnpublish takes a
@@ -799,12 +806,7 @@ func TestClientCSI_ClaimRetriedDuringControllerPublish_NodeStagesAfterPublish(t 
 // reader's alloc used to fail). The attachment outlives the writer while
 // the reader runs, and goes with the last claim on the node.
 func TestClientCSI_ReaderOnANodeHoldingAWriterSharesItsAttachment(t *testing.T) {
-	e := newCSIEnv(t)
-	f1, f2 := e.followers(t)
-	e.addNode(t, "w1", hostdir.ModeNode, f1)
-	e.addNode(t, "ctrl", hostdir.ModeController, f2)
-	e.waitPlugin(t, 1, 1)
-	cl := e.apis[e.leader.Name]
+	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
 
 	e.place(t, cl, "writer", "w1", "v1")
@@ -861,12 +863,7 @@ func TestClientCSI_ReaderOnANodeHoldingAWriterSharesItsAttachment(t *testing.T) 
 // other, so the new claim's publish comes after the unpublish and the node
 // ends attached.
 func TestClientCSI_NewClaimDuringAReleaseWaitingForTheControllerEndsAttached(t *testing.T) {
-	e := newCSIEnv(t)
-	f1, f2 := e.followers(t)
-	e.addNode(t, "w1", hostdir.ModeNode, f1)
-	e.addNode(t, "ctrl", hostdir.ModeController, f2)
-	e.waitPlugin(t, 1, 1)
-	cl := e.apis[e.leader.Name]
+	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
 	e.register(t, cl, "v2", structs.AccessModeMultiNodeMultiWriter)
 	e.place(t, cl, "a1", "w1", "v1")
@@ -923,12 +920,7 @@ func TestClientCSI_NewClaimDuringAReleaseWaitingForTheControllerEndsAttached(t *
 // reader is gone and its attachment detached, the writer is published
 // read-write and runs.
 func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) {
-	e := newCSIEnv(t)
-	f1, f2 := e.followers(t)
-	e.addNode(t, "w1", hostdir.ModeNode, f1)
-	e.addNode(t, "ctrl", hostdir.ModeController, f2)
-	e.waitPlugin(t, 1, 1)
-	cl := e.apis[e.leader.Name]
+	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
 
 	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}

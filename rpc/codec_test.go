@@ -155,28 +155,7 @@ func TestMuxClient_CallsOverOneSessionAndTimesOut(t *testing.T) {
 	defer l.Close()
 	rs := netrpc.NewServer()
 	_ = rs.RegisterName("Echo", &echo{})
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		var b [1]byte
-		if _, err := io.ReadFull(c, b[:]); err != nil || Protocol(b[0]) != ProtoMux {
-			c.Close()
-			return
-		}
-		sess, err := newTestYamuxServer(c)
-		if err != nil {
-			return
-		}
-		for {
-			s, err := sess.AcceptStream()
-			if err != nil {
-				return
-			}
-			go rs.ServeCodec(NewServerCodec(s, MaxRequestBytes))
-		}
-	}()
+	go serveMuxOnce(l, rs, func(c netrpc.ServerCodec) netrpc.ServerCodec { return c })
 	mc, err := DialMux(context.Background(), nil, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -236,28 +215,9 @@ func TestMuxClient_LateReplyAfterTimeoutNeverReachesTheCaller(t *testing.T) {
 	rs := netrpc.NewServer()
 	_ = rs.RegisterName("Slow", sl)
 	_ = rs.RegisterName("Echo", &echo{})
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		var b [1]byte
-		if _, err := io.ReadFull(c, b[:]); err != nil || Protocol(b[0]) != ProtoMux {
-			c.Close()
-			return
-		}
-		sess, err := newTestYamuxServer(c)
-		if err != nil {
-			return
-		}
-		for {
-			s, err := sess.AcceptStream()
-			if err != nil {
-				return
-			}
-			go rs.ServeCodec(signalCodec{ServerCodec: NewServerCodec(s, MaxRequestBytes), written: sl.written})
-		}
-	}()
+	go serveMuxOnce(l, rs, func(c netrpc.ServerCodec) netrpc.ServerCodec {
+		return signalCodec{ServerCodec: c, written: sl.written}
+	})
 	mc, err := DialMux(context.Background(), nil, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -287,5 +247,30 @@ func TestMuxClient_LateReplyAfterTimeoutNeverReachesTheCaller(t *testing.T) {
 	}
 	if out != "mine" {
 		t.Fatalf("caller's value after a late reply exp: mine got: %q", out)
+	}
+}
+
+// serveMuxOnce accepts one ProtoMux connection on l and serves rs on every
+// stream of its yamux session, each codec passed through wrap.
+func serveMuxOnce(l net.Listener, rs *netrpc.Server, wrap func(netrpc.ServerCodec) netrpc.ServerCodec) {
+	c, err := l.Accept()
+	if err != nil {
+		return
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil || Protocol(b[0]) != ProtoMux {
+		c.Close()
+		return
+	}
+	sess, err := newTestYamuxServer(c)
+	if err != nil {
+		return
+	}
+	for {
+		s, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go rs.ServeCodec(wrap(NewServerCodec(s, MaxRequestBytes)))
 	}
 }
