@@ -7,10 +7,13 @@
 // missing cannot unmount by itself, and a controller detach before the node
 // detach can corrupt data (CSI requires NodeUnpublish and NodeUnstage
 // before ControllerUnpublish). So the leader owns the release and drives it
-// until it succeeds: every step is a Raft checkpoint that only moves
-// forward, applied as a compare-and-set on the claim's state, so a new
-// leader resumes exactly where the old one stopped and a stale leader's
-// write is refused.
+// until it succeeds: every side effect is recorded by a Raft checkpoint
+// before the next one starts, checkpoints only move forward and are
+// applied as a compare-and-set on the claim's state, so a new leader
+// resumes exactly where the old one stopped and a stale leader's write is
+// refused. Steps with no side effect between them share one checkpoint
+// (node detach → freed when there is no controller; controller detach →
+// freed), and concurrent workers' checkpoints share entries.
 //
 // Why retry state lives in memory: attempts, last error and next try are
 // facts about this leader's work, not about the cluster; putting them in
