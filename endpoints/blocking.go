@@ -19,6 +19,13 @@ type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
 // until the index passes opts.MinQueryIndex or the wait runs out. Without a
 // MinQueryIndex it runs fn once.
 func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+	// A read that may not be stale is served by the leader (Forward saw
+	// to that), and only from a state that holds everything committed.
+	if !opts.AllowStale {
+		if err := srv.WaitConsistentReads(); err != nil {
+			return err
+		}
+	}
 	var ctx context.Context = context.Background()
 	if wait := opts.QueryWait(); wait > 0 {
 		// Jitter spreads the wake-ups of many watchers that started together.

@@ -20,6 +20,10 @@ import (
 type Server interface {
 	// Forward is forward-or-serve (see package forward).
 	Forward(method string, info structs.RPCInfo, args, reply any) (bool, error)
+	// WaitConsistentReads returns once this server may serve a consistent
+	// (not stale) read: it leads and has applied everything committed
+	// before it won. Otherwise no_leader.
+	WaitConsistentReads() error
 	// Apply commits one log entry and returns what the FSM returned; a
 	// request the FSM refused comes back as err.
 	Apply(t structs.MessageType, msg any) (resp any, index uint64, err error)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/claimd/claimd/api"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,4 +331,65 @@ func TestBootstrapExpect_ServersThatDisagreeNeverBootstrap(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Chaos regression: after a leadership transfer, a read returned a claim
+// released 24 s earlier. The new leader had every entry in its log but had
+// not applied them yet (a restarted server replays only once it learns the
+// commit index), and a consistent read was served from that state. A
+// leader now serves consistent reads only after its barrier: everything
+// committed before it won is applied.
+func TestLeader_NewLeaderServesNoConsistentReadBeforeItHasAppliedEverything(t *testing.T) {
+	var gates sync.Map // server name → channel the state machine waits on
+	c := harness.NewCluster(t, 3, harness.Options{Configure: func(cfg *server.Config) {
+		name := cfg.NodeName
+		cfg.BeforeApply = func(uint64) {
+			if g, ok := gates.Load(name); ok {
+				<-g.(chan struct{})
+			}
+		}
+	}})
+	c.StartAll()
+	leader := c.WaitForLeader(30 * time.Second)
+	target := c.Followers()[0]
+	mustRegister(t, leader, "before")
+
+	// The target's state machine stops; its log keeps up.
+	hold := make(chan struct{})
+	gates.Store(target.Name, hold)
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	idx := mustRegister(t, leader, "during")
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if last := target.Server().Raft().LastIndex(); last < idx {
+			return fmt.Errorf("%s's log exp: index %d got: %d", target.Name, idx, last)
+		}
+		return nil
+	})
+	if err := leader.Client().TransferLeadership(harness.Ctx(t, 30*time.Second), target.Server().ID()); err != nil {
+		t.Fatalf("transfer leadership to %s: %v", target.Name, err)
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if !target.IsLeader() {
+			return fmt.Errorf("%s exp: leader got: not yet", target.Name)
+		}
+		return nil
+	})
+
+	// Its state lacks "during": a consistent read must not answer from it.
+	cl := target.Client()
+	v, _, err := cl.Volume(harness.Ctx(t, 8*time.Second), "during", structs.QueryOptions{})
+	if err == nil || errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("consistent read on a leader that has not applied index %d exp: no answer (no_leader) got: volume %v, %v", idx, v, err)
+	}
+	// Once it has applied everything, it answers.
+	release()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		v, _, err := cl.Volume(harness.Ctx(t, 10*time.Second), "during", structs.QueryOptions{})
+		if err != nil || v == nil {
+			return fmt.Errorf("read of \"during\" exp: the volume got: %v, %v", v, err)
+		}
+		return nil
+	})
 }

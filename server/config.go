@@ -50,6 +50,9 @@ type Config struct {
 	Dialer rpc.Dialer
 	// Listener, when set, is used instead of listening on BindAddr.
 	Listener net.Listener
+	// BeforeApply, when set, runs before the state machine applies each
+	// entry (a test seam: holding it makes this server's state lag).
+	BeforeApply func(index uint64)
 }
 
 func (c *Config) validate() error {

@@ -2,6 +2,9 @@ package server
 
 import (
 	"time"
+
+	"github.com/claimd/claimd/forward"
+	"github.com/claimd/claimd/structs"
 )
 
 // barrierTimeout bounds the wait for the new leader to apply every entry
@@ -68,9 +71,11 @@ func (s *Server) leaderLoop(stopCh, done chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	s.setReadsReady(true)
 	s.setDuties(true)
 	s.logger.Info("leadership established")
 	<-stopCh
+	s.setReadsReady(false)
 	s.setDuties(false)
 	s.logger.Info("leadership lost; leader duties stopped")
 }
@@ -81,5 +86,54 @@ func (s *Server) setDuties(enabled bool) {
 	s.dutiesMu.Unlock()
 	for _, d := range duties {
 		d.SetEnabled(enabled)
+	}
+}
+
+// setReadsReady opens consistent reads on this server (it leads and its
+// barrier has applied every entry committed before it won) or closes them
+// again (it lost leadership).
+func (s *Server) setReadsReady(ready bool) {
+	s.readsMu.Lock()
+	defer s.readsMu.Unlock()
+	select {
+	case <-s.readsReady:
+		if !ready {
+			s.readsReady = make(chan struct{})
+		}
+	default:
+		if ready {
+			close(s.readsReady)
+		}
+	}
+}
+
+// WaitConsistentReads implements endpoints.Server. A leader newly elected
+// may not have applied what earlier leaders committed (a server that
+// restarted replays its log only once it learns the commit index), and a
+// read served from that state would go back in time: the chaos suite saw a
+// read after a leadership transfer return a claim released 24 s before.
+// So a consistent read waits for this server's barrier; a server that does
+// not lead, or whose barrier takes longer than the hold, answers no_leader
+// (retryable: nothing was read).
+func (s *Server) WaitConsistentReads() error {
+	timeout := time.NewTimer(forward.HoldTimeout)
+	defer timeout.Stop()
+	for {
+		changed := s.LeaderChanged()
+		if _, self := s.Leader(); !self {
+			return structs.NewError(structs.CodeNoLeader, "this server does not lead: a consistent read must go to the leader")
+		}
+		s.readsMu.Lock()
+		ready := s.readsReady
+		s.readsMu.Unlock()
+		select {
+		case <-ready:
+			return nil
+		case <-changed:
+		case <-timeout.C:
+			return structs.NewError(structs.CodeNoLeader, "the leader is still applying entries committed before it won; retry")
+		case <-s.shutdownCh:
+			return structs.ErrShutdown
+		}
 	}
 }

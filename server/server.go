@@ -49,6 +49,11 @@ type Server struct {
 	leaderMu      sync.Mutex
 	leaderChanged chan struct{}
 
+	// readsReady is closed while this server leads with its barrier done
+	// (consistent reads may be served); replaced when leadership is lost.
+	readsMu    sync.Mutex
+	readsReady chan struct{}
+
 	boot        *bootstrapper
 	claims      *batcher[*structs.VolumeClaimRequest, *structs.ClaimResult]
 	checkpoints *batcher[*structs.ClaimCheckpointRequest, *structs.CheckpointResult]
@@ -103,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		logger:        cfg.Logger.Named("server"),
 		id:            id,
 		leaderChanged: make(chan struct{}),
+		readsReady:    make(chan struct{}),
 		conns:         map[net.Conn]struct{}{},
 		shutdownCh:    make(chan struct{}),
 	}
@@ -123,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	s.fsm = fsm.New(cfg.Logger.Named("fsm"))
-	s.observed = &observedFSM{FSM: s.fsm}
+	s.observed = &observedFSM{FSM: s.fsm, beforeApply: cfg.BeforeApply}
 	s.stream = raftnode.NewStreamLayer(advertise, cfg.Dialer)
 	s.raft, err = raftnode.New(raftnode.Config{
 		ID:                id,

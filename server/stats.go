@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/hashicorp/raft"
 	"io"
 	"strconv"
 	"sync/atomic"
@@ -14,8 +15,16 @@ import (
 // caught up.
 type observedFSM struct {
 	*fsm.FSM
-	running  atomic.Bool
-	restores atomic.Int64
+	running     atomic.Bool
+	restores    atomic.Int64
+	beforeApply func(index uint64)
+}
+
+func (o *observedFSM) Apply(l *raft.Log) any {
+	if o.beforeApply != nil {
+		o.beforeApply(l.Index)
+	}
+	return o.FSM.Apply(l)
 }
 
 func (o *observedFSM) Restore(rc io.ReadCloser) error {
