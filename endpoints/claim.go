@@ -81,56 +81,54 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 			reply.Claim = c.Copy()
 			return nil
 		}
-		// An attachment is per (volume, node): one this node already holds
-		// for another live claim serves this one too when it allows what
-		// this claim does (a read-write attachment serves a reader). Asking
-		// the controller again would be refused by a plugin that records
-		// attachments (AlreadyExists, read-only flag differs) and fail the
-		// alloc for nothing. The watcher detaches the controller only when
-		// no live published claim on the node is left.
-		if att := attachmentServing(vol, claim); att != nil {
-			return v.recordPublished(claim, att.PublishContext, reply)
+		// An attachment is per (volume, node) (decision 19). One this node
+		// holds for another live claim serves this one too when it allows
+		// what this claim does (read-write serves a reader). One that
+		// cannot serve it (read-only for a writer; read-write for a reader
+		// whose claim is being released) must go first: asking the
+		// controller for the node again with the other read-only flag is
+		// what plugins refuse (AlreadyExists), so the claim waits,
+		// retryable, taken and unpublished, until the watcher has detached
+		// it. The watcher detaches only when no live published claim on the
+		// node is left.
+		share, blocker := nodeAttachment(vol, claim)
+		if share != nil {
+			return v.recordPublished(claim, share.PublishContext, reply)
 		}
-		// A read-only attachment cannot serve a writer, and publishing the
-		// node again read-write is what plugins refuse: the writer waits
-		// (retryable; its claim stays taken) until the node's readers are
-		// gone and the watcher has detached the read-only attachment.
-		if r := readOnlyAttachment(vol, claim); r != nil {
+		if blocker != nil {
+			how := "read-write"
+			if blocker.Mode == structs.ClaimModeRead {
+				how = "read-only"
+			}
 			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-				"volume %q is attached read-only to node %q for alloc %q; a writer on that node waits until it is released; retry",
-				vol.ID, claim.NodeID, r.AllocID))
+				"volume %q is attached %s to node %q for alloc %q (%s); this %s claim waits until that attachment is released; retry",
+				vol.ID, how, claim.NodeID, blocker.AllocID, blocker.State, claim.Mode))
 		}
 	}
 	return v.controllerPublish(claim, reply)
 }
 
-// readOnlyAttachment returns a live, controller-published read claim on a
-// writer's node (whose attachment is read-only), or nil.
-func readOnlyAttachment(vol *structs.Volume, claim *structs.Claim) *structs.Claim {
-	if claim.Mode != structs.ClaimModeWrite {
-		return nil
-	}
-	for _, other := range vol.LiveClaims() {
-		if other.AllocID != claim.AllocID && other.NodeID == claim.NodeID && other.ControllerPublished &&
-			other.Mode == structs.ClaimModeRead {
-			return other
-		}
-	}
-	return nil
-}
-
-// attachmentServing returns another live, controller-published claim on
-// the claim's node whose attachment also serves the claim, or nil.
-func attachmentServing(vol *structs.Volume, claim *structs.Claim) *structs.Claim {
-	for _, other := range vol.LiveClaims() {
-		if other.AllocID == claim.AllocID || other.NodeID != claim.NodeID || !other.ControllerPublished {
+// nodeAttachment looks at the other claims on the claim's node that hold
+// a controller attachment (published and not yet controller-detached). It
+// returns a live one whose attachment serves the claim, or else one whose
+// attachment has the other read-only flag (which the claim must wait
+// out), or neither: then the controller is asked (for the same flag a
+// plugin answers an attachment it has as a success).
+func nodeAttachment(vol *structs.Volume, claim *structs.Claim) (share, blocker *structs.Claim) {
+	for _, other := range vol.AllClaims() {
+		if other.AllocID == claim.AllocID || other.NodeID != claim.NodeID || !other.ControllerPublished ||
+			other.State.Rank() >= structs.ClaimStateControllerDetached.Rank() {
 			continue
 		}
-		if other.Mode == structs.ClaimModeWrite || claim.Mode == structs.ClaimModeRead {
-			return other
+		live := other.State == structs.ClaimStateTaken
+		if live && (other.Mode == structs.ClaimModeWrite || claim.Mode == structs.ClaimModeRead) {
+			return other, nil
+		}
+		if other.Mode != claim.Mode && blocker == nil {
+			blocker = other
 		}
 	}
-	return nil
+	return nil, blocker
 }
 
 // controllerPublish runs ControllerPublish for a claim and records it. If

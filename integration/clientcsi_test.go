@@ -959,3 +959,52 @@ func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) 
 		t.Fatalf("writer's claim exp: published got: %+v", c)
 	}
 }
+
+// Also when the read-only attachment belongs to a claim being released: a
+// writer placed on the node while the reader's ControllerUnpublish keeps
+// failing waits for it instead of being refused by the plugin.
+func TestClientCSI_WriterWaitsForAReleasingReadersAttachment(t *testing.T) {
+	e, cl := newWorkerAndController(t)
+	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
+	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
+	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
+
+	// The reader's release is stuck at the controller step: its read-only
+	// attachment stays.
+	e.plugins["ctrl"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 1000}})
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "reader"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, func() error {
+		if n := failedCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "ext-v1"); n == 0 {
+			return fmt.Errorf("failed ControllerUnpublish of v1 exp: at least 1 got: 0")
+		}
+		return nil
+	})
+	e.place(t, cl, "writer", "w1", "v1")
+	harness.WaitFor(t, applyWait, func() error {
+		if c := e.volume(t, cl, "v1").WriteClaims["writer"]; c == nil || c.ControllerPublished {
+			return fmt.Errorf("writer's claim exp: taken, waiting unpublished got: %+v", c)
+		}
+		return nil
+	})
+	if n := failedCalls(e.plugins["ctrl"].Audit(), "ControllerPublishVolume", "ext-v1"); n != 0 {
+		t.Fatalf("failed ControllerPublish of v1 while the reader's attachment stays exp: 0 (the writer waits) got: %d", n)
+	}
+	// The controller recovers: the reader's attachment goes, the writer's comes.
+	e.plugins["ctrl"].SetControl(hostdir.Control{})
+	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
+	var order []string
+	for _, en := range e.plugins["ctrl"].Audit() {
+		if en.Volume == "ext-v1" && en.Result == "ok" && strings.HasPrefix(en.Method, "Controller") {
+			order = append(order, en.Method)
+		}
+	}
+	exp := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ControllerPublishVolume"}
+	if fmt.Sprint(order) != fmt.Sprint(exp) {
+		t.Fatalf("successful controller calls on v1 exp: %v got: %v", exp, order)
+	}
+}
