@@ -89,6 +89,25 @@ func (s *Server) setDuties(enabled bool) {
 	}
 }
 
+// verifyLeader confirms with a quorum that this server still leads. A
+// leader cut off or paused (SIGSTOP) believes it leads until its lease runs
+// out, and a read it served meanwhile could miss what a new leader
+// committed; the check costs one heartbeat round, no disk write.
+func (s *Server) verifyLeader() error {
+	f := s.raft.Raft.VerifyLeader()
+	res := make(chan error, 1)
+	go func() { res <- f.Error() }()
+	select {
+	case err := <-res:
+		if err != nil {
+			return structs.NewError(structs.CodeNoLeader, "this server could not confirm it still leads: "+err.Error())
+		}
+		return nil
+	case <-s.shutdownCh:
+		return structs.ErrShutdown
+	}
+}
+
 // setReadsReady opens consistent reads on this server (it leads and its
 // barrier has applied every entry committed before it won) or closes them
 // again (it lost leadership).
@@ -128,7 +147,7 @@ func (s *Server) WaitConsistentReads() error {
 		s.readsMu.Unlock()
 		select {
 		case <-ready:
-			return nil
+			return s.verifyLeader()
 		case <-changed:
 		case <-timeout.C:
 			return structs.NewError(structs.CodeNoLeader, "the leader is still applying entries committed before it won; retry")
