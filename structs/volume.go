@@ -227,12 +227,6 @@ func (v *Volume) AllClaims() []*Claim {
 	return append(out, sortedClaims(v.PastClaims)...)
 }
 
-// LiveClaims returns the live claims, writers first, each group sorted by
-// alloc ID.
-func (v *Volume) LiveClaims() []*Claim {
-	return append(sortedClaims(v.WriteClaims), sortedClaims(v.ReadClaims)...)
-}
-
 func sortedClaims(m map[string]*Claim) []*Claim {
 	out := make([]*Claim, 0, len(m))
 	for _, c := range m {
