@@ -50,13 +50,11 @@ func runAllocRun(args []string, stdout, stderr io.Writer) int {
 	if *id == "" {
 		*id = newID()
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	alloc := &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols}
 	if _, err := c.PlaceAllocs(ctx, alloc); err != nil {
 		return fail(stderr, "alloc run: %v", err)
@@ -75,13 +73,11 @@ func runAllocStop(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() == 0 {
 		return fail(stderr, "usage: claimd alloc stop ID [ID...]")
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	if _, err := c.StopAllocs(ctx, fs.Args()...); err != nil {
 		return fail(stderr, "alloc stop: %v", err)
 	}
@@ -100,13 +96,11 @@ func runAllocStatus(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	var allocs []*structs.Alloc
 	if fs.NArg() == 1 {
 		a, _, err := c.Alloc(ctx, fs.Arg(0), structs.QueryOptions{})

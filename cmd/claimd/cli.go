@@ -22,12 +22,15 @@ func (c *cliFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server")
 }
 
-func (c *cliFlags) client() (*api.Client, error) {
-	return api.NewClient(api.Config{Addresses: api.AddressesFromEnv(c.address), Timeout: c.timeout})
-}
-
-func (c *cliFlags) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.timeout)
+// session opens a client and a context bounded by -timeout; done releases
+// both.
+func (c *cliFlags) session() (*api.Client, context.Context, func(), error) {
+	cl, err := api.NewClient(api.Config{Addresses: api.AddressesFromEnv(c.address), Timeout: c.timeout})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	return cl, ctx, func() { cancel(); cl.Close() }, nil
 }
 
 // newFlagSet makes a flag set that reports errors to stderr and never exits.

@@ -14,13 +14,11 @@ func runListPeers(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	conf, err := c.RaftConfiguration(ctx, *stale)
 	if err != nil {
 		return fail(stderr, "list peers: %v", err)
@@ -50,13 +48,11 @@ func runRemovePeer(args []string, stdout, stderr io.Writer) int {
 	if *id == "" && *peerAddr == "" {
 		return fail(stderr, "-id or -peer-address is required")
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	if err := c.RaftRemovePeer(ctx, *id, *peerAddr); err != nil {
 		return fail(stderr, "remove peer: %v", err)
 	}
@@ -72,13 +68,11 @@ func runTransferLeader(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	if err := c.TransferLeadership(ctx, *id); err != nil {
 		return fail(stderr, "transfer leadership: %v", err)
 	}

@@ -18,13 +18,11 @@ func runNodeStatus(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	var nodes []*structs.Node
 	if fs.NArg() == 1 {
 		n, _, err := c.Node(ctx, fs.Arg(0), structs.QueryOptions{})
@@ -83,13 +81,11 @@ func runPluginStatus(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	var plugs []*structs.Plugin
 	if fs.NArg() == 1 {
 		p, _, err := c.Plugin(ctx, fs.Arg(0), structs.QueryOptions{})
@@ -135,13 +131,11 @@ func runEvalList(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	evals, _, err := c.Evals(ctx, structs.EvalStatus(*status), *volume, structs.QueryOptions{})
 	if err != nil {
 		return fail(stderr, "eval list: %v", err)

@@ -16,13 +16,11 @@ func runSystemGC(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	n, err := c.SystemGC(ctx)
 	if err != nil {
 		return fail(stderr, "system gc: %v", err)
@@ -42,13 +40,11 @@ func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 2 {
 		return fail(stderr, "usage: claimd volume detach [-force] VOLUME NODE")
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	resp, err := c.DetachVolume(ctx, fs.Arg(0), fs.Arg(1), *force)
 	if err != nil {
 		return fail(stderr, "volume detach: %v", err)

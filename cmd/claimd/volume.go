@@ -57,13 +57,11 @@ func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	idx, err := c.RegisterVolumes(ctx, vols...)
 	if err != nil {
 		return fail(stderr, "register: %v", err)
@@ -85,13 +83,11 @@ func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		return fail(stderr, "usage: claimd volume deregister [-force] ID")
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	if _, err := c.DeregisterVolumes(ctx, *force, fs.Arg(0)); err != nil {
 		return fail(stderr, "deregister: %v", err)
 	}
@@ -111,13 +107,11 @@ func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 1 {
 		return fail(stderr, "usage: claimd volume status [-json] [ID]")
 	}
-	c, err := cf.client()
+	c, ctx, done, err := cf.session()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
-	defer c.Close()
-	ctx, cancel := cf.ctx()
-	defer cancel()
+	defer done()
 	q := structs.QueryOptions{AllowStale: *stale}
 	if fs.NArg() == 1 {
 		vol, _, err := c.Volume(ctx, fs.Arg(0), q)
