@@ -945,16 +945,7 @@ func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) 
 	if n := failedCalls(audit, "ControllerPublishVolume", "ext-v1"); n != 0 {
 		t.Fatalf("failed ControllerPublish of v1 exp: 0 (the writer waited) got: %d in %+v", n, audit)
 	}
-	var order []string
-	for _, en := range audit {
-		if en.Volume == "ext-v1" && en.Result == "ok" && strings.HasPrefix(en.Method, "Controller") {
-			order = append(order, en.Method)
-		}
-	}
-	exp := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ControllerPublishVolume"}
-	if fmt.Sprint(order) != fmt.Sprint(exp) {
-		t.Fatalf("controller calls on v1 exp: %v (reader's read-only attach, its detach, the writer's attach) got: %v", exp, order)
-	}
+	checkReattached(t, audit, "ext-v1")
 	if c := e.volume(t, cl, "v1").WriteClaims["writer"]; c == nil || !c.ControllerPublished {
 		t.Fatalf("writer's claim exp: published got: %+v", c)
 	}
@@ -997,14 +988,21 @@ func TestClientCSI_WriterWaitsForAReleasingReadersAttachment(t *testing.T) {
 	// The controller recovers: the reader's attachment goes, the writer's comes.
 	e.plugins["ctrl"].SetControl(hostdir.Control{})
 	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
+	checkReattached(t, e.plugins["ctrl"].Audit(), "ext-v1")
+}
+
+// checkReattached: the successful controller calls on vol were the first
+// claim's attach, its detach, then the waiting claim's attach.
+func checkReattached(t *testing.T, audit []hostdir.AuditEntry, vol string) {
+	t.Helper()
 	var order []string
-	for _, en := range e.plugins["ctrl"].Audit() {
-		if en.Volume == "ext-v1" && en.Result == "ok" && strings.HasPrefix(en.Method, "Controller") {
+	for _, en := range audit {
+		if en.Volume == vol && en.Result == "ok" && strings.HasPrefix(en.Method, "Controller") {
 			order = append(order, en.Method)
 		}
 	}
 	exp := []string{"ControllerPublishVolume", "ControllerUnpublishVolume", "ControllerPublishVolume"}
 	if fmt.Sprint(order) != fmt.Sprint(exp) {
-		t.Fatalf("successful controller calls on v1 exp: %v got: %v", exp, order)
+		t.Fatalf("successful controller calls on %s exp: %v (attach, its detach, the waiting claim's attach) got: %v", vol, exp, order)
 	}
 }
