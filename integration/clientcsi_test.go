@@ -1006,3 +1006,53 @@ func checkReattached(t *testing.T, audit []hostdir.AuditEntry, vol string) {
 		t.Fatalf("successful controller calls on %s exp: %v (attach, its detach, the waiting claim's attach) got: %v", vol, exp, order)
 	}
 }
+
+// Chaos regression (S1): on a multi-node-single-writer volume a reader
+// shared its node's read-write attachment with the writer; when the writer
+// left, its claim was freed while the attachment stayed read-write for the
+// reader, so a new writer on another node was admitted and the controller
+// was asked to attach the volume read-write to a second node. The writer's
+// claim now stays (and counts as the writer) until the readers sharing its
+// attachment are gone; then the attachment is detached and it is freed.
+func TestClientCSI_SingleWriterVolumeKeepsTheWriterWhileReadersShareItsAttachment(t *testing.T) {
+	e, cl := newWorkerAndController(t)
+	e.register(t, cl, "v1", structs.AccessModeMultiNodeSingleWriter)
+	e.place(t, cl, "writer", "w1", "v1")
+	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
+	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
+	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
+
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "writer"); err != nil {
+		t.Fatal(err)
+	}
+	// The release waits for the reader, and says so.
+	harness.WaitFor(t, applyWait, func() error {
+		st, err := cl.ReleaseStatus(harness.Ctx(t, 10*time.Second))
+		if err != nil {
+			return err
+		}
+		if s := st["v1"]; !strings.Contains(s.LastError, "shares this writer's read-write attachment") {
+			return fmt.Errorf("release of v1 exp: waiting for the reader got: %+v", s)
+		}
+		return nil
+	})
+	v := e.volume(t, cl, "v1")
+	if c := v.PastClaims["writer"]; c == nil {
+		t.Fatalf("writer's claim while the reader shares its attachment exp: kept (past: it still counts as the writer) got: freed; claims %+v", v)
+	}
+	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "reader"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, applyWait, func() error {
+		if v := e.volume(t, cl, "v1"); v.HasClaims() {
+			return fmt.Errorf("v1 exp: no claims got: write=%v read=%v past=%v", v.WriteClaims, v.ReadClaims, v.PastClaims)
+		}
+		return nil
+	})
+	if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "ext-v1", "ext-w1", "ok", ""); n == 0 {
+		t.Fatal("ControllerUnpublish of v1 from w1 exp: at least 1 got: 0")
+	}
+}

@@ -171,6 +171,14 @@ func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error 
 			continue
 		}
 		if other.State == structs.ClaimStateTaken {
+			// On a single-writer volume a read-write attachment is the
+			// writer's place: readers sharing it (decision 19) keep it
+			// read-write, so the writer's claim must stay (and count as the
+			// writer) until they are gone, or a new writer could be attached
+			// on another node meanwhile (S1; found by the chaos suite).
+			if fresh.AccessMode == structs.AccessModeMultiNodeSingleWriter && c.Mode == structs.ClaimModeWrite {
+				return fmt.Errorf("waiting for alloc %s on the same node, which shares this writer's read-write attachment of a single-writer volume, to release it", other.AllocID)
+			}
 			w.logger.Debug("skipping controller detach: another live claim on the node uses the volume",
 				"volume", vol.ID, "node", c.NodeID, "alloc", c.AllocID, "other", other.AllocID)
 			return nil
