@@ -199,6 +199,16 @@ func (e *csiEnv) place(t *testing.T, cl *api.Client, allocID, worker string, vol
 	}
 }
 
+// placeReader places an allocation on the named worker asking for vol
+// read-only.
+func (e *csiEnv) placeReader(t *testing.T, cl *api.Client, allocID, worker, vol string) {
+	t.Helper()
+	a := &structs.Alloc{ID: allocID, NodeID: e.nodeID(worker), Volumes: []*structs.AllocVolumeRequest{{VolumeID: vol, ReadOnly: true}}}
+	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), a); err != nil {
+		t.Fatalf("place alloc %s: %v", allocID, err)
+	}
+}
+
 func (e *csiEnv) waitAlloc(t *testing.T, cl *api.Client, allocID string, want structs.AllocClientStatus, timeout time.Duration) {
 	t.Helper()
 	harness.WaitFor(t, timeout, func() error {
@@ -811,10 +821,7 @@ func TestClientCSI_ReaderOnANodeHoldingAWriterSharesItsAttachment(t *testing.T) 
 
 	e.place(t, cl, "writer", "w1", "v1")
 	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
-	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
-	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
-		t.Fatal(err)
-	}
+	e.placeReader(t, cl, "reader", "w1", "v1")
 	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
 
 	audit := e.plugins["ctrl"].Audit()
@@ -923,10 +930,7 @@ func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) 
 	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
 
-	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
-	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
-		t.Fatal(err)
-	}
+	e.placeReader(t, cl, "reader", "w1", "v1")
 	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
 	e.place(t, cl, "writer", "w1", "v1")
 	// The writer's claim is taken and waits unpublished while the reader runs.
@@ -957,10 +961,7 @@ func TestClientCSI_WriterOnANodeAttachedReadOnlyWaitsForTheReader(t *testing.T) 
 func TestClientCSI_WriterWaitsForAReleasingReadersAttachment(t *testing.T) {
 	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeMultiWriter)
-	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
-	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
-		t.Fatal(err)
-	}
+	e.placeReader(t, cl, "reader", "w1", "v1")
 	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
 
 	// The reader's release is stuck at the controller step: its read-only
@@ -1019,10 +1020,7 @@ func TestClientCSI_SingleWriterVolumeKeepsTheWriterWhileReadersShareItsAttachmen
 	e.register(t, cl, "v1", structs.AccessModeMultiNodeSingleWriter)
 	e.place(t, cl, "writer", "w1", "v1")
 	e.waitAlloc(t, cl, "writer", structs.AllocClientRunning, applyWait)
-	reader := &structs.Alloc{ID: "reader", NodeID: e.nodeID("w1"), Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1", ReadOnly: true}}}
-	if _, err := cl.PlaceAllocs(harness.Ctx(t, 30*time.Second), reader); err != nil {
-		t.Fatal(err)
-	}
+	e.placeReader(t, cl, "reader", "w1", "v1")
 	e.waitAlloc(t, cl, "reader", structs.AllocClientRunning, applyWait)
 
 	if _, err := cl.StopAllocs(harness.Ctx(t, 30*time.Second), "writer"); err != nil {

@@ -53,7 +53,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -859,7 +858,7 @@ func (c *netnsCluster) SaveLogs(dir string) error {
 		if e.IsDir() {
 			continue
 		}
-		errs = append(errs, nsCopyFile(filepath.Join(c.logDir, e.Name()), filepath.Join(dir, e.Name())))
+		errs = append(errs, copyFile(filepath.Join(c.logDir, e.Name()), filepath.Join(dir, e.Name())))
 	}
 	errs = append(errs, os.WriteFile(filepath.Join(dir, "cluster.txt"), []byte(c.describe()), 0o644))
 	return errors.Join(errs...)
@@ -886,23 +885,6 @@ func (c *netnsCluster) describe() string {
 		fmt.Fprintf(&b, "process %s pids %v: %s\n", p.name, p.pidList(), strings.Join(p.args, " "))
 	}
 	return b.String()
-}
-
-func nsCopyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // tails is the end of every server's log, for a start-up failure message.
