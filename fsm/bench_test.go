@@ -91,6 +91,60 @@ func BenchmarkApplyClaimBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyReleaseCycle measures the whole life of a claim as
+// `claimd bench` drives it, in batches of 32 as the leader's batchers make
+// them: a claim batch entry, a release batch entry (each release also opens
+// a pending eval) and a checkpoint batch entry that frees the claims (no
+// controller) and completes their evals. 10k volumes are registered; the
+// pairs are reused once freed. Decode included.
+func BenchmarkApplyReleaseCycle(b *testing.B) {
+	const size, vols = 32, 10_000
+	h := &benchHarness{f: New(nil)}
+	claims := populate(b, h, 10, vols, 1, structs.AccessModeSingleNodeWriter)
+	cycles := vols / size
+	type cycle struct{ claim, release, free []byte }
+	entries := make([]cycle, cycles)
+	for i := range entries {
+		var rel []*structs.VolumeClaimRequest
+		var free []*structs.ClaimCheckpointRequest
+		for _, c := range claims[i*size : (i+1)*size] {
+			rel = append(rel, &structs.VolumeClaimRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, Release: true})
+			free = append(free, &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID,
+				State: structs.ClaimStateFreed, ExpectedState: structs.ClaimStateUnpublishing, NodeDetached: true})
+		}
+		entries[i] = cycle{
+			claim:   mustEncode(b, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: claims[i*size : (i+1)*size]}),
+			release: mustEncode(b, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: rel}),
+			free:    mustEncode(b, structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: free}),
+		}
+	}
+	apply := func(e []byte) {
+		h.index++
+		switch resp := h.f.apply(h.index, e).(type) {
+		case *structs.ClaimBatchResponse:
+			if err := resp.Results[0].Err(); err != nil {
+				b.Fatal(err)
+			}
+		case *structs.CheckpointBatchResponse:
+			if err := resp.Results[0].Error; err != nil {
+				b.Fatal(err)
+			}
+		default:
+			b.Fatalf("unexpected response %#v", resp)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := entries[i%cycles]
+		apply(c.claim)
+		apply(c.release)
+		apply(c.free)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/claim")
+}
+
 // bigState is 100k volumes with 200k claims (two multi-writer claims per
 // volume), 200k allocs on 100 nodes, as one snapshot. Built once.
 var bigState = sync.OnceValues(func() (*FSM, []byte) {

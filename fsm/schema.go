@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -26,6 +27,10 @@ const (
 	indexNode      = "node_id"    // allocs by node
 	indexStatus    = "status"     // evals by status
 	indexVolume    = "volume_id"  // evals by volume
+	// indexPendingSince holds only pending evals, ordered by ModifyIndex,
+	// so the release watcher reads just the evals that became pending
+	// since its last look instead of every pending eval on every change.
+	indexPendingSince = "pending_since"
 )
 
 // IndexEntry is a row of the index table: the Raft index of the last write
@@ -63,6 +68,8 @@ func schema() *memdb.DBSchema {
 			indexID:     id("ID"),
 			indexStatus: by(indexStatus, "Status"),
 			indexVolume: by(indexVolume, "VolumeID"),
+			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
+				Indexer: pendingSinceIndexer{}},
 		}},
 	}}
 }
@@ -101,4 +108,32 @@ func (claimNodeIndexer) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("claim_node index: argument %T is not a string", args[0])
 	}
 	return []byte(s + "\x00"), nil
+}
+
+// pendingSinceIndexer keys a pending eval by its ModifyIndex, big-endian so
+// that byte order is numeric order and LowerBound is a range scan (memdb's
+// UintFieldIndex uses uvarints, which do not sort). Other evals are left
+// out of the index.
+type pendingSinceIndexer struct{}
+
+func (pendingSinceIndexer) FromObject(raw any) (bool, []byte, error) {
+	e, ok := raw.(*structs.Eval)
+	if !ok {
+		return false, nil, fmt.Errorf("pending_since index: %T is not an eval", raw)
+	}
+	if e.Status != structs.EvalStatusPending {
+		return false, nil, nil
+	}
+	return true, binary.BigEndian.AppendUint64(nil, e.ModifyIndex), nil
+}
+
+func (pendingSinceIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("pending_since index: want 1 argument, got %d", len(args))
+	}
+	i, ok := args[0].(uint64)
+	if !ok {
+		return nil, fmt.Errorf("pending_since index: argument %T is not a uint64", args[0])
+	}
+	return binary.BigEndian.AppendUint64(nil, i), nil
 }

@@ -54,7 +54,7 @@ func NewMuxClient(conn net.Conn, logger hclog.Logger) (*MuxClient, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	sess, err := yamux.Client(conn, YamuxConfig(logger))
+	sess, err := yamux.Client(coalesceFrames(conn), YamuxConfig(logger))
 	if err != nil {
 		conn.Close()
 		return nil, notSent(fmt.Errorf("yamux: %w", err))

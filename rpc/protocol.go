@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"io"
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -54,6 +55,15 @@ func YamuxConfig(logger hclog.Logger) *yamux.Config {
 	cfg.StreamOpenTimeout = 10 * time.Second
 	cfg.StreamCloseTimeout = 30 * time.Second
 	return cfg
+}
+
+// NewYamuxServer starts the accepting end of a yamux session on conn
+// (after the protocol byte).
+func NewYamuxServer(conn net.Conn, logger hclog.Logger) (*yamux.Session, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return yamux.Server(coalesceFrames(conn), YamuxConfig(logger))
 }
 
 // discard is a yamux logger sink for callers without an hclog logger.

@@ -6,8 +6,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/rpc"
 )
@@ -90,7 +88,7 @@ func (s *Server) handleConn(conn net.Conn) {
 
 // serveMux serves every stream of a yamux session with one rpc.Server.
 func (s *Server) serveMux(conn net.Conn) {
-	sess, err := yamux.Server(conn, rpc.YamuxConfig(s.logger))
+	sess, err := rpc.NewYamuxServer(conn, s.logger)
 	if err != nil {
 		s.logger.Error("yamux session failed", "error", err)
 		conn.Close()

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	memdb "github.com/hashicorp/go-memdb"
 
+	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -321,28 +321,33 @@ func (w *Watcher) lockPlugin(pluginID string) func() {
 	return m.Unlock
 }
 
-// watchEvals enqueues the volume of every pending eval now and whenever the
-// pending set changes.
+// watchEvals enqueues the volume of every pending eval now and of every
+// eval that becomes pending later. After the first look it reads only the
+// evals written since the last one: re-reading every pending eval on every
+// change cost the leader O(backlog) per release under load. A restored
+// state store (AbandonCh) starts it over from the beginning.
 func (w *Watcher) watchEvals(ctx context.Context) {
+	var (
+		state *fsm.StateStore
+		since uint64
+	)
 	for {
-		state := w.state.State()
+		if cur := w.state.State(); cur != state {
+			state, since = cur, 0
+		}
 		ws := memdb.NewWatchSet()
 		ws.Add(state.AbandonCh())
-		evals, err := state.EvalsByStatus(ws, structs.EvalStatusPending)
+		evals, last, err := state.PendingEvalsSince(ws, since)
 		if err != nil {
 			w.logger.Error("reading pending evals", "error", err)
 		}
-		vols := map[string]bool{}
+		since = last
+		seen := make(map[string]bool, len(evals))
 		for _, e := range evals {
-			vols[e.VolumeID] = true
-		}
-		ids := make([]string, 0, len(vols))
-		for id := range vols {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			w.enqueue(id, false)
+			if !seen[e.VolumeID] {
+				seen[e.VolumeID] = true
+				w.enqueue(e.VolumeID, false)
+			}
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
 			return

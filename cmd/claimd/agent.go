@@ -42,6 +42,7 @@ type agentFlags struct {
 	backoffBase     time.Duration
 	backoffMax      time.Duration
 	probeInterval   time.Duration
+	debugAddr       string
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -81,6 +82,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.backoffBase, "release-backoff-base", time.Second, "server: first retry delay of a failed release (doubles each attempt)")
 	fs.DurationVar(&f.backoffMax, "release-backoff-max", time.Minute, "server: longest retry delay of a failed release")
 	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", 5*time.Second, "client: how often CSI plugins are health-probed")
+	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -124,6 +126,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	if !f.server && !f.client {
 		return fail(stderr, "choose -server, -client or -dev")
+	}
+	if f.debugAddr != "" {
+		stop, err := serveDebug(f.debugAddr, logger)
+		if err != nil {
+			return fail(stderr, "-debug-addr: %v", err)
+		}
+		stops = append(stops, stop)
 	}
 	var srv *server.Server
 	if f.server {
