@@ -25,11 +25,13 @@ const (
 	indexPlugin    = "plugin_id"  // volumes by plugin
 	indexClaimNode = "claim_node" // volumes by the node of any claim, live or past
 	indexNode      = "node_id"    // allocs by node
-	indexStatus    = "status"     // evals by status
 	indexVolume    = "volume_id"  // evals by volume
 	// indexPendingSince holds only pending evals, ordered by ModifyIndex,
 	// so the release watcher reads just the evals that became pending
 	// since its last look instead of every pending eval on every change.
+	// There is no index of finished evals by status: every release writes
+	// an eval three times (created, finished, pruned), and listing finished
+	// evals by status is an operator's rare scan.
 	indexPendingSince = "pending_since"
 )
 
@@ -66,7 +68,6 @@ func schema() *memdb.DBSchema {
 		}},
 		TableEvals: {Name: TableEvals, Indexes: map[string]*memdb.IndexSchema{
 			indexID:     id("ID"),
-			indexStatus: by(indexStatus, "Status"),
 			indexVolume: by(indexVolume, "VolumeID"),
 			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
 				Indexer: pendingSinceIndexer{}},

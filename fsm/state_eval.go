@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -18,10 +20,16 @@ func (s *StateStore) Evals(ws memdb.WatchSet) ([]*structs.Eval, error) {
 	return listAs[structs.Eval](s.list(ws, TableEvals, indexID))
 }
 
-// EvalsByStatus returns the evals in one status sorted by ID; the leader
-// re-scans the pending ones when it takes over.
+// EvalsByStatus returns the evals in one status sorted by ID. Pending ones
+// come from their own index; finished ones by a scan of all evals.
 func (s *StateStore) EvalsByStatus(ws memdb.WatchSet, status structs.EvalStatus) ([]*structs.Eval, error) {
-	return listAs[structs.Eval](s.list(ws, TableEvals, indexStatus, string(status)))
+	if status == structs.EvalStatusPending {
+		evals, err := listAs[structs.Eval](s.list(ws, TableEvals, indexPendingSince))
+		slices.SortFunc(evals, func(a, b *structs.Eval) int { return strings.Compare(a.ID, b.ID) })
+		return evals, err
+	}
+	all, err := s.Evals(ws)
+	return slices.DeleteFunc(all, func(e *structs.Eval) bool { return e.Status != status }), err
 }
 
 // PendingEvalsSince returns the evals that are pending and were last
@@ -30,10 +38,10 @@ func (s *StateStore) EvalsByStatus(ws memdb.WatchSet, status structs.EvalStatus)
 // since. ws is woken when any eval enters or leaves the pending set.
 func (s *StateStore) PendingEvalsSince(ws memdb.WatchSet, since uint64) ([]*structs.Eval, uint64, error) {
 	txn := s.db.Txn(false)
-	// The watch comes from the status index: LowerBound iterators cannot be
-	// watched. Both are read in the same transaction, so no change between
-	// the read and the watch is missed.
-	all, err := txn.Get(TableEvals, indexStatus, string(structs.EvalStatusPending))
+	// The watch is the whole pending index's (LowerBound iterators cannot
+	// be watched), read in the same transaction, so no change between the
+	// read and the watch is missed.
+	all, err := txn.Get(TableEvals, indexPendingSince)
 	if err != nil {
 		return nil, since, fmt.Errorf("watch pending evals: %w", err)
 	}
