@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -87,18 +88,43 @@ func (c *Cluster) AddServer() *TestServer {
 	return ts
 }
 
-// freeAddr reserves a loopback port. The tiny window between closing the
-// probe listener and the server listening is acceptable in tests.
+// freeAddr reserves a loopback port for a server that will listen on it
+// later, sometimes seconds later (a test may start one server and let the
+// others come up after a while). The port comes from below Linux's
+// ephemeral range (32768-60999 by default): a port from the kernel's ":0"
+// is an ephemeral one, and any outgoing connection on the machine meanwhile
+// (another server dialling, a client) may take it as its source port, so
+// that the server's listen fails with "address already in use". A port
+// below the range is only ever taken by a listener; the probe checks none
+// holds it, and a port is handed out once per test process.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reserve port: %v", err)
+	reservedMu.Lock()
+	defer reservedMu.Unlock()
+	for range 1000 {
+		port := reservedLow + rand.IntN(reservedHigh-reservedLow)
+		if reserved[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		reserved[port] = true
+		return addr
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	t.Fatalf("reserve port: no free port in %d-%d after 1000 tries", reservedLow, reservedHigh)
+	return ""
 }
+
+const reservedLow, reservedHigh = 10000, 32000
+
+var (
+	reservedMu sync.Mutex
+	reserved   = map[int]bool{}
+)
 
 // StartAll starts every server in slot order.
 func (c *Cluster) StartAll() {
