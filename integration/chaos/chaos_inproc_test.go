@@ -35,7 +35,8 @@ var flagHistory = flag.String("chaos.history", "", "a saved history.json to chec
 
 // TestChaos_CheckSavedHistory re-runs the linearizability and S8 checks on
 // a history a failing run saved: go test ./integration/chaos -run
-// CheckSavedHistory -chaos.history=/path/history.json
+// CheckSavedHistory -chaos.history=/path/history.json (bounded by
+// -chaos.check-timeout, default a minute)
 func TestChaos_CheckSavedHistory(t *testing.T) {
 	if *flagHistory == "" {
 		t.Skip("no -chaos.history given")
@@ -52,7 +53,11 @@ func TestChaos_CheckSavedHistory(t *testing.T) {
 	for _, o := range doc.Ops {
 		callers = max(callers, o.Caller+1)
 	}
-	if err, _ := checkLinearizable(doc.Ops, callers, time.Minute); err != nil {
+	timeout := time.Minute
+	if *FlagCheckTimeout > 0 {
+		timeout = *FlagCheckTimeout
+	}
+	if err, _ := checkLinearizable(doc.Ops, callers, timeout); err != nil {
 		t.Error(err)
 	}
 	for _, p := range checkAcknowledged(doc.Ops) {
