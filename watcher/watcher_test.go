@@ -1,8 +1,10 @@
 package watcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +215,69 @@ func TestBackoff_GrowsAndIsCapped(t *testing.T) {
 				t.Fatalf("backoff(%d) exp: in [%s, %s] got: %s", attempt, max/2, max, d)
 			}
 		}
+	}
+}
+
+// bufferSink is a raft.SnapshotSink in memory.
+type bufferSink struct{ bytes.Buffer }
+
+func (*bufferSink) ID() string    { return "test" }
+func (*bufferSink) Cancel() error { return nil }
+func (*bufferSink) Close() error  { return nil }
+
+func TestWatcher_ReleasesEvalsThatBecomePendingAfterItStarted(t *testing.T) {
+	l := newLocalFSM()
+	csi := &recordingCSI{}
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
+	w.SetEnabled(true)
+	defer w.SetEnabled(false)
+	setup(t, l) // the pending eval is written after the watcher's first look
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	// A second release, after the watcher has moved past the first eval.
+	l.must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
+		ID: "a2", NodeID: "n1", Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}}})
+	l.must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
+		{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeWrite},
+		{VolumeID: "v1", AllocID: "a2", Release: true}}})
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1 node a2 controller ext-n1]"; got != exp {
+		t.Fatalf("calls exp: %s got: %s", exp, got)
+	}
+}
+
+// A restore replaces the state store with one whose pending eval may have
+// a lower index than any the watcher has seen: it must look from the start.
+func TestWatcher_RestoredStateIsReadFromTheStart(t *testing.T) {
+	l := newLocalFSM()
+	for i := range 5 { // push the indexes of l's own entries above the snapshot's
+		l.must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
+			ID: fmt.Sprintf("other-%d", i), SecretID: "s", Status: structs.NodeStatusReady}})
+	}
+	setup(t, l)
+	csi := &recordingCSI{}
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
+	w.SetEnabled(true)
+	defer w.SetEnabled(false)
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+
+	other := newLocalFSM()
+	setup(t, other) // its pending eval has a lower ModifyIndex than l's had
+	snap, err := other.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bufferSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	err = l.f.Restore(io.NopCloser(&sink))
+	l.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1 node a1 controller ext-n1]"; got != exp {
+		t.Fatalf("calls exp: %s got: %s", exp, got)
 	}
 }
