@@ -342,12 +342,10 @@ func (w *Watcher) watchEvals(ctx context.Context) {
 			w.logger.Error("reading pending evals", "error", err)
 		}
 		since = last
-		seen := make(map[string]bool, len(evals))
+		// A volume has at most one pending eval, and enqueue ignores a
+		// volume already queued.
 		for _, e := range evals {
-			if !seen[e.VolumeID] {
-				seen[e.VolumeID] = true
-				w.enqueue(e.VolumeID, false)
-			}
+			w.enqueue(e.VolumeID, false)
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
 			return

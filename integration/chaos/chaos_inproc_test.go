@@ -53,11 +53,7 @@ func TestChaos_CheckSavedHistory(t *testing.T) {
 	for _, o := range doc.Ops {
 		callers = max(callers, o.Caller+1)
 	}
-	timeout := time.Minute
-	if *FlagCheckTimeout > 0 {
-		timeout = *FlagCheckTimeout
-	}
-	if err, _ := checkLinearizable(doc.Ops, callers, timeout); err != nil {
+	if err, _ := checkLinearizable(doc.Ops, callers, checkTimeout(0)); err != nil {
 		t.Error(err)
 	}
 	for _, p := range checkAcknowledged(doc.Ops) {

@@ -22,6 +22,15 @@ import (
 // FlagCheckTimeout bounds the linearizability checker.
 var FlagCheckTimeout = flag.Duration("chaos.check-timeout", 0, "bound on the linearizability check (0 = 60s, or a quarter of -chaos.duration if longer)")
 
+// checkTimeout is -chaos.check-timeout, or by default a minute or a
+// quarter of the run's duration, whichever is longer.
+func checkTimeout(duration time.Duration) time.Duration {
+	if *FlagCheckTimeout > 0 {
+		return *FlagCheckTimeout
+	}
+	return max(60*time.Second, duration/4)
+}
+
 // Options shape one chaos run. Zero values take the defaults shown.
 type Options struct {
 	// Duration of the fault schedule; 0 = the short CI schedule (every
@@ -212,10 +221,7 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	res.ByFault = TallyByNemesis(ops)
 	res.Mounts = w.mountStats.String()
 
-	timeout := *FlagCheckTimeout
-	if timeout <= 0 {
-		timeout = max(60*time.Second, opts.Duration/4)
-	}
+	timeout := checkTimeout(opts.Duration)
 	checkStart := time.Now()
 	linErr, info := checkLinearizable(ops, opts.Callers, timeout)
 	t.Logf("linearizability check of %d ops took %s", len(ops), time.Since(checkStart).Round(time.Millisecond))
