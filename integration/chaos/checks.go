@@ -15,24 +15,6 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// checkLinearizable runs porcupine over the claim/release/read history,
-// partitioned by volume. It returns the problem (nil when linearizable)
-// and the info for the visualisation.
-func checkLinearizable(ops []Op, callers int, timeout time.Duration) (error, porcupine.LinearizationInfo) {
-	pops := porcupineOps(ops, callers)
-	res, info := porcupine.CheckOperationsVerbose(claimModel, pops, timeout)
-	switch res {
-	case porcupine.Ok:
-		return nil, info
-	case porcupine.Illegal:
-		return fmt.Errorf("linearizability: the claim/release/read history of %d operations is not linearizable "+
-			"(the visualisation shows the longest linearizable prefix of each volume):\n%s", len(pops), explainIllegal(pops, timeout)), info
-	default:
-		return fmt.Errorf("linearizability: the checker did not finish within %s on %d operations (inconclusive; "+
-			"shorten the run or raise -chaos.check-timeout)", timeout, len(pops)), info
-	}
-}
-
 // explainIllegal checks each volume on its own and, for each one that is
 // not linearizable, shows where its longest linearizable prefix ends: the
 // last operations it could place and the earliest ones it could not.
@@ -461,7 +443,9 @@ func describeDigests(c Cluster, ds map[string]*structs.StateDigest) string {
 }
 
 // saveFailure writes what a failing run leaves for its reader.
-func saveFailure(dir string, c Cluster, h *History, info *porcupine.LinearizationInfo, extra map[string]any) []string {
+// The visualisation checks vis again (each part of it finished once,
+// within timeout).
+func saveFailure(dir string, c Cluster, h *History, vis []porcupine.Operation, timeout time.Duration, extra map[string]any) []string {
 	var errs []string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return []string{err.Error()}
@@ -469,8 +453,9 @@ func saveFailure(dir string, c Cluster, h *History, info *porcupine.Linearizatio
 	if err := h.Save(dir+"/history.json", extra); err != nil {
 		errs = append(errs, "history: "+err.Error())
 	}
-	if info != nil {
-		if err := writeVisualisation(dir+"/linearizability.html", *info, h.Spans()); err != nil {
+	if len(vis) > 0 {
+		_, info := porcupine.CheckOperationsVerbose(claimModel, vis, timeout)
+		if err := writeVisualisation(dir+"/linearizability.html", info, h.Spans()); err != nil {
 			errs = append(errs, "visualisation: "+err.Error())
 		}
 	}

@@ -80,6 +80,14 @@ package chaos
 // infinite return multiplies the search, and a netns run of 5,900
 // operations did not check in 60 s before pruning (0.5 s after).
 //
+// Volumes are checked several at once (lincheck.go). One whose whole
+// history does not finish in half the timeout is checked by parts
+// (splitByAllocation): on multi-node volumes, where many claims coexist and
+// the search still blows up under partitions, each reader's allocation is
+// checked alone against every read, and the writers of a single-writer
+// volume together. The split is sound but misses a read that mixes two
+// moments; the run logs which volumes it was used for.
+//
 // # Backends
 //
 // The in-process backend (inproc.go) and the network-namespace backend

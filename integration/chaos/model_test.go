@@ -40,8 +40,7 @@ func readOp(caller int, call, ret int64, live ...LiveClaim) Op {
 
 func linOK(t *testing.T, h *hist) bool {
 	t.Helper()
-	err, _ := checkLinearizable(h.ops, 4, 10*time.Second)
-	return err == nil
+	return checkLinearizable(h.ops, 4, 10*time.Second).Err == nil
 }
 
 func TestModel_StaleReadAfterAcknowledgedClaimIsNotLinearizable(t *testing.T) {
@@ -204,36 +203,46 @@ func TestModel_PruneKeepsLinearizableHistoriesLinearizable(t *testing.T) {
 		h.add(readOp((i+1)%4, now+15, now+16))
 		now += 20
 	}
-	start := time.Now()
 	if !linOK(t, h) {
 		t.Fatal("history exp: linearizable got: not (or the check timed out)")
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("check time exp: well under 5s got: %s", d)
+	// What keeps the check small: of the 150 infinite returns, only each
+	// held allocation's drop and first stop after its claim are left.
+	inf := 0
+	for _, o := range prune(h.ops) {
+		if o.Return == Inf {
+			inf++
+		}
+	}
+	if inf != 60 {
+		t.Fatalf("infinite returns left by prune exp: 60 got: %d", inf)
 	}
 }
 
-// The volume that made the netns run's check time out (628 operations, 28
-// with infinite returns), from TestChaos_Netns seed 4748823842093503.
-func TestModel_NetnsHistoryChecksQuickly(t *testing.T) {
-	f, err := os.Open("testdata/netns-lin-mnr-7.history.json.gz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct{ Ops []Op }
-	if err := json.NewDecoder(zr).Decode(&doc); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err, _ := checkLinearizable(doc.Ops, 16, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("check time exp: well under 5s got: %s", d)
+// Histories from network-namespace runs whose whole-volume check did not
+// finish (TestChaos_Netns seeds 4748823842093503 and 4532760721122680, the
+// second in CI): with the split by allocation they are checked, and pass,
+// within the timeout.
+func TestModel_SavedNetnsHistoriesAreChecked(t *testing.T) {
+	for _, name := range []string{"netns-lin-mnr-7.history.json.gz", "netns-ci-seed-4532760721122680.history.json.gz"} {
+		f, err := os.Open("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct{ Ops []Op }
+		err = json.NewDecoder(zr).Decode(&doc)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lin := checkLinearizable(doc.Ops, 16, 10*time.Second)
+		if lin.Err != nil {
+			t.Fatalf("%s: %v", name, lin.Err)
+		}
+		t.Logf("%s: %d operations; checked by allocation: %v", name, len(doc.Ops), lin.ByParts)
 	}
 }

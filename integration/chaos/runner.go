@@ -223,12 +223,17 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 
 	timeout := checkTimeout(opts.Duration)
 	checkStart := time.Now()
-	linErr, info := checkLinearizable(ops, opts.Callers, timeout)
+	lin := checkLinearizable(ops, opts.Callers, timeout)
 	t.Logf("linearizability check of %d ops took %s", len(ops), time.Since(checkStart).Round(time.Millisecond))
-	linInfo := &info
-	if linErr != nil {
-		fail("%v", linErr)
+	if lin.Err != nil {
+		fail("%v", lin.Err)
 	}
+	if len(lin.ByParts) > 0 {
+		// Not a failure: the split is sound, only weaker (see splitByAllocation).
+		t.Logf("linearizability: checked by allocation, the whole history not finishing within %s: %s",
+			timeout/2, strings.Join(lin.ByParts, ", "))
+	}
+	res.Notes["volumes checked by allocation (whole check too slow)"] = len(lin.ByParts)
 	problems = append(problems, checkAcknowledged(ops)...)
 	res.Notes["first claims answered as not new (a retried call)"] = notNewFirstClaims(ops)
 
@@ -273,7 +278,7 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 		}
 		dir = filepath.Join(dir, fmt.Sprintf("%s-seed-%d", sanitize(t.Name()), opts.Seed))
 		res.OutDir = dir
-		for _, e := range saveFailure(dir, c, w.h, linInfo, map[string]any{"seed": opts.Seed, "problems": problems, "mounts": res.Mounts}) {
+		for _, e := range saveFailure(dir, c, w.h, lin.Visualise, timeout, map[string]any{"seed": opts.Seed, "problems": problems, "mounts": res.Mounts}) {
 			t.Logf("saving the failure: %s", e)
 		}
 		for _, p := range problems {
