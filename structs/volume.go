@@ -3,7 +3,6 @@ package structs
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 )
 
@@ -111,18 +110,34 @@ type Volume struct {
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 // ValidateID checks an object ID: 1-128 characters of letters, digits, '.',
 // '_' and '-', starting with a letter or digit.
 func ValidateID(field, id string) error {
 	if id == "" {
 		return Invalid(field, "must not be empty")
 	}
-	if !idPattern.MatchString(id) {
+	if !validID(id) {
 		return Invalid(field, fmt.Sprintf("%q must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", id))
 	}
 	return nil
+}
+
+// validID is ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ without a regexp: every
+// claim checks three IDs, and the regexp was 2% of a busy leader's CPU.
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Limits on what one volume may carry, so a single request cannot bloat the
