@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // Production timings at multiplier 1. They are hashicorp/raft's defaults,
@@ -80,6 +81,36 @@ type Node struct {
 	hadState  bool
 }
 
+// logStoreLockTimeout bounds the wait for raft.db's file lock: another
+// process holding it is another claimd on the same data dir, and waiting
+// for it forever (bolt's default) would hang the start without a word.
+const logStoreLockTimeout = 2 * time.Second
+
+// openLogStore opens the Raft log (raft-boltdb, fsync on every commit).
+// NoFreelistSync and the map freelist, as etcd runs bolt: once Raft has
+// compacted its log after a snapshot, the file holds thousands of free
+// pages, and bolt's default rewrites that whole freelist on every commit.
+// Measured on this project's VM with a compacted 30k-entry log (one
+// 600-byte entry per commit): p50 commit 425 to 365 µs alone, and 1.15 to
+// 0.71 ms with three stores committing at once on one disk, as a
+// three-server test cluster does. Durability is unchanged (data and meta
+// pages are synced as before); opening rebuilds the freelist by scanning
+// the file, which the trailing-log bound keeps small.
+func openLogStore(path string) (*raftboltdb.BoltStore, error) {
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
+		Timeout:        logStoreLockTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	}})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: locked by another process (is another claimd using this data dir?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return store, nil
+}
+
 // New opens the stores and starts Raft. It does not bootstrap.
 func New(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.DataDir == "" || cfg.Stream == nil || cfg.FSM == nil {
@@ -95,9 +126,9 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	store, err := openLogStore(filepath.Join(dir, "raft.db"))
 	if err != nil {
-		return nil, fmt.Errorf("open raft.db: %w", err)
+		return nil, err
 	}
 	cache, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
