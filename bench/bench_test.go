@@ -190,3 +190,29 @@ func mustBeCleanedUp(t *testing.T, addrs []string) {
 		t.Fatalf("exp: the simulated node deregistered got: %d nodes (first %s)", len(nodes), nodes[0].ID)
 	}
 }
+
+// Repeated runs of one configuration are one row: the median run, the
+// range of all, and the errors of every run (not only the median's).
+func TestWriteMarkdown_RepeatedRunsShowTheMedianAndRange(t *testing.T) {
+	var b strings.Builder
+	bench.WriteMarkdown(&b, []*bench.Result{
+		{Mode: bench.ModeClaim, Target: "leader", Callers: 64, OpsPerSec: 3000},
+		{Mode: bench.ModeClaim, Target: "follower", Callers: 64, OpsPerSec: 2000},
+		{Mode: bench.ModeClaim, Target: "leader", Callers: 64, OpsPerSec: 2500, Errors: map[string]int64{"timeout": 2}},
+		{Mode: bench.ModeClaim, Target: "leader", Callers: 64, OpsPerSec: 2800},
+	})
+	out := b.String()
+	for _, want := range []string{
+		"| leader | 64 | 2800 |",
+		"| timeout 2 | 3, median shown; 2500 to 3000 |",
+		"| follower | 64 | 2000 |",
+		"| none | 1 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exp: %q in:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "| leader |"); n != 1 {
+		t.Errorf("leader rows exp: 1 got: %d\n%s", n, out)
+	}
+}

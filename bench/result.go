@@ -176,33 +176,7 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 		}
 		switch m {
 		case ModeClaim:
-			drains := false
-			for _, r := range byMode[m] {
-				drains = drains || r.Drained || r.Backlog > 0
-			}
-			fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases):")
-			fmt.Fprintln(w)
-			if drains {
-				fmt.Fprintln(w, "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors | freed after run |")
-				fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
-			} else {
-				fmt.Fprintln(w, "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors |")
-				fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-			}
-			for _, r := range byMode[m] {
-				note := ""
-				if r.PoolExhausted {
-					note = fmt.Sprintf(" (pool used up after %.1fs)", r.Seconds)
-				}
-				fmt.Fprintf(w, "| %s | %d | %.0f%s | %.0f | %s | %s | %s | %s | %s |",
-					r.targetText(), r.Callers, r.OpsPerSec, note, r.ClaimsPerSec,
-					fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
-					fmtErrors(r.Errors))
-				if drains {
-					fmt.Fprintf(w, " %s |", r.drainText())
-				}
-				fmt.Fprintln(w)
-			}
+			writeClaimTable(w, byMode[m])
 		case ModeContended:
 			fmt.Fprintln(w, "Contended: callers race for few single-node-writer volumes (each win is held, released, and freed before the next):")
 			fmt.Fprintln(w)
@@ -229,5 +203,77 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 					fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.Max), fmtErrors(r.Errors))
 			}
 		}
+	}
+}
+
+// writeClaimTable prints the claim-mode table. Runs of one configuration
+// (target and callers) repeated on fresh clusters are one row: the median
+// run by claim calls/s, with the range of all of them and every run's
+// errors, so that a noisy machine shows as a range rather than as a
+// difference between configurations.
+func writeClaimTable(w io.Writer, rs []*Result) {
+	type config struct {
+		target  string
+		callers int
+	}
+	var order []config
+	groups := map[config][]*Result{}
+	drains, repeated := false, false
+	for _, r := range rs {
+		c := config{r.Target, r.Callers}
+		if _, ok := groups[c]; !ok {
+			order = append(order, c)
+		}
+		groups[c] = append(groups[c], r)
+		repeated = repeated || len(groups[c]) > 1
+		drains = drains || r.Drained || r.Backlog > 0
+	}
+	fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases):")
+	fmt.Fprintln(w)
+	header := "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors |"
+	rule := "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+	if repeated {
+		header += " runs: claim calls/s |"
+		rule += " --- |"
+	}
+	if drains {
+		header += " freed after run |"
+		rule += " ---: |"
+	}
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, rule)
+	for _, c := range order {
+		g := append([]*Result(nil), groups[c]...)
+		sort.SliceStable(g, func(i, j int) bool { return g[i].OpsPerSec < g[j].OpsPerSec })
+		r := g[len(g)/2]
+		errs := map[string]int64{}
+		target := r.targetText()
+		for _, o := range g {
+			for k, n := range o.Errors {
+				errs[k] += n
+			}
+			if o.LeaderChanged {
+				target = o.targetText()
+			}
+		}
+		note := ""
+		if r.PoolExhausted {
+			note = fmt.Sprintf(" (pool used up after %.1fs)", r.Seconds)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f%s | %.0f | %s | %s | %s | %s | %s |",
+			target, r.Callers, r.OpsPerSec, note, r.ClaimsPerSec,
+			fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
+			fmtErrors(errs))
+		if repeated {
+			if len(g) == 1 {
+				fmt.Fprintf(w, " 1 |")
+			} else {
+				fmt.Fprintf(w, " %d, median shown; %.0f to %.0f |", len(g), g[0].OpsPerSec, g[len(g)-1].OpsPerSec)
+			}
+		}
+		if drains {
+			fmt.Fprintf(w, " %s |", r.drainText())
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -11,8 +11,8 @@
 # Every invocation gets a fresh cluster, started and stopped around it, so
 # that no run inherits the release backlog of the one before. The results
 # go to docs/performance.md, section "claimd bench (issue 7)" (replaced
-# when it exists; the other sections are kept). About 4 minutes with the
-# defaults.
+# when it exists; the other sections are kept). About 10 minutes with the
+# defaults (4 with REPEAT=1).
 #
 # Environment (all optional):
 #   DURATION=10s   measured time of each run (plus WARMUP)
@@ -20,6 +20,9 @@
 #   CALLERS=1,16,64,256
 #   VOLUMES=60000  claim pool: each (alloc, volume) pair is used once per run
 #   RELEASE_N=1000
+#   REPEAT=3       rounds of the claim matrix; the table shows each row's
+#                  median run and the range (this VM's run-to-run spread is
+#                  ±10%, more than many a change being measured)
 #   OUT=docs/performance.md   (OUT=/dev/null: print only)
 #   KEEP_TMP=1     keep the temporary directory (server logs, raw JSON)
 set -euo pipefail
@@ -30,6 +33,7 @@ WARMUP=${WARMUP:-1s}
 CALLERS=${CALLERS:-1,16,64,256}
 VOLUMES=${VOLUMES:-60000}
 RELEASE_N=${RELEASE_N:-1000}
+REPEAT=${REPEAT:-3}
 OUT=${OUT:-docs/performance.md}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/claimd-bench.XXXXXX")
@@ -129,10 +133,14 @@ bench() {
 }
 
 IFS=, read -r -a CALLER_LIST <<<"$CALLERS"
-for c in "${CALLER_LIST[@]}"; do
-	for target in leader follower; do
-		bench -mode claim -target "$target" -callers "$c" -volumes "$VOLUMES" \
-			-duration "$DURATION" -warmup "$WARMUP" -drain-timeout 0
+# Rounds, not repeats in place: a slow spell of the machine then lands on
+# every configuration of a round alike.
+for ((round = 1; round <= REPEAT; round++)); do
+	for c in "${CALLER_LIST[@]}"; do
+		for target in leader follower; do
+			bench -mode claim -target "$target" -callers "$c" -volumes "$VOLUMES" \
+				-duration "$DURATION" -warmup "$WARMUP" -drain-timeout 0
+		done
 	done
 done
 bench -mode contended -target leader -callers 64 -volumes 8 -duration "$DURATION" -warmup "$WARMUP" -drain-timeout 60s
@@ -161,10 +169,11 @@ SECTION="$TMP/section.md"
 	echo
 	echo "- machine: $(nproc) cores ($CPU), $MEM memory, Linux $(uname -r)"
 	echo "- commit: $COMMIT, $(date -u +%Y-%m-%d)"
-	echo "- command: \`DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS VOLUMES=$VOLUMES RELEASE_N=$RELEASE_N scripts/bench.sh\`"
+	echo "- command: \`DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS VOLUMES=$VOLUMES RELEASE_N=$RELEASE_N REPEAT=$REPEAT scripts/bench.sh\`"
 	echo "- load average (1, 5, 15 min) at the start: $LOAD_START; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- each run: $WARMUP warmup, then $DURATION measured; latency is each"
-	echo "  \`Volume.Claim\` round trip (claims and releases) as the caller sees it"
+	echo "  \`Volume.Claim\` round trip (claims and releases) as the caller sees it;"
+	echo "  the claim matrix ran $REPEAT rounds, each row is its median run"
 	echo
 	echo "$TABLES"
 	if ((FAILED)); then
