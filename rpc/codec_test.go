@@ -274,3 +274,70 @@ func serveMuxOnce(l net.Listener, rs *netrpc.Server, wrap func(netrpc.ServerCode
 		go rs.ServeCodec(wrap(NewServerCodec(s, MaxRequestBytes)))
 	}
 }
+
+// gate holds every call until n have arrived, so that n are in flight at
+// once.
+type gate struct {
+	n       int64
+	arrived atomic.Int64
+	all     chan struct{}
+}
+
+func (g *gate) Hold(args *EchoArgs, reply *string) error {
+	if g.arrived.Add(1) == g.n {
+		close(g.all)
+	}
+	<-g.all
+	*reply = args.Payload
+	return nil
+}
+
+// A peer session carries as many calls at once as a follower has callers
+// to forward; once they have run, the next round of as many reuses their
+// streams instead of opening (and closing) a stream per call.
+func TestMuxClient_ConcurrentCallsReuseTheirStreams(t *testing.T) {
+	const inFlight = 64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var g atomic.Pointer[gate]
+	rs := netrpc.NewServer()
+	_ = rs.RegisterName("Gate", &gateService{g: &g})
+	var opened atomic.Int64
+	go serveMuxOnce(l, rs, func(c netrpc.ServerCodec) netrpc.ServerCodec { opened.Add(1); return c })
+	mc, err := DialMux(context.Background(), nil, l.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	round := func() {
+		g.Store(&gate{n: inFlight, all: make(chan struct{})})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		errs := make(chan error, inFlight)
+		for i := 0; i < inFlight; i++ {
+			go func() {
+				var out string
+				errs <- mc.Call(ctx, "Gate.Hold", &EchoArgs{Payload: "x"}, &out)
+			}()
+		}
+		for i := 0; i < inFlight; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	round()
+	first := opened.Load()
+	round()
+	if again := opened.Load() - first; again != 0 {
+		t.Fatalf("streams opened by a second round of %d concurrent calls exp: 0 (reused) got: %d (first round opened %d)", inFlight, again, first)
+	}
+}
+
+// gateService serves the current gate.
+type gateService struct{ g *atomic.Pointer[gate] }
+
+func (s *gateService) Hold(args *EchoArgs, reply *string) error { return s.g.Load().Hold(args, reply) }
