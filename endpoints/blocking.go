@@ -35,7 +35,8 @@ func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMe
 		defer cancel()
 	}
 	for {
-		state := srv.State()
+		// One moment for the rows and the index (see StateStore.Snapshot).
+		state := srv.State().Snapshot()
 		ws := memdb.NewWatchSet()
 		ws.Add(state.AbandonCh())
 		idx, err := fn(ws, state)

@@ -169,6 +169,40 @@ func TestState_WatchFiresOnChange(t *testing.T) {
 	}
 }
 
+// A snapshot of the store is one moment: rows and table index agree even
+// when a write lands between reading them (on the live store the index
+// read after the rows covered a write the rows did not show, and a
+// blocking query answering with it made its caller sleep through that
+// write), and its watches still fire on later writes to the live store.
+func TestState_SnapshotReadsOneMomentAndWatchesTheLiveStore(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeMultiNodeMultiWriter)
+	live := h.f.State()
+	snap := live.Snapshot()
+	ws := memdb.NewWatchSet()
+	before, err := snap.VolumeByID(ws, "v1")
+	if err != nil || before == nil || len(before.WriteClaims)+len(before.ReadClaims) == 0 {
+		t.Fatalf("setup exp: v1 with a live claim got: %+v %v", before, err)
+	}
+	indexBefore := snap.TableIndex(TableVolumes)
+
+	h.release("v1", "a1") // lands between the row read and the index read
+
+	if got := snap.TableIndex(TableVolumes); got != indexBefore {
+		t.Fatalf("snapshot's volumes index after a live write exp: %d (its moment) got: %d", indexBefore, got)
+	}
+	if got := live.TableIndex(TableVolumes); got <= indexBefore {
+		t.Fatalf("live volumes index after the release exp: above %d got: %d", indexBefore, got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ws.WatchCtx(ctx); err != nil {
+		t.Fatalf("watch taken on the snapshot exp: fired by the live release got: %v", err)
+	}
+	if snap.AbandonCh() != live.AbandonCh() {
+		t.Fatal("snapshot's abandon channel exp: the live store's got: another")
+	}
+}
+
 func TestRestore_AbandonsOldStoreAndReplacesState(t *testing.T) {
 	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
 	snapBytes := mustSnapshotBytes(t, h.f)

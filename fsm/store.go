@@ -29,6 +29,18 @@ func newStateStore() *StateStore {
 	return &StateStore{db: db, abandonCh: make(chan struct{})}
 }
 
+// Snapshot returns a view of the store frozen now (memdb snapshots are
+// O(1): they share the immutable trees). Every read from it, rows and
+// table indexes alike, sees the same moment, its watch channels fire on
+// the live store's writes, and it shares the live store's AbandonCh.
+// Blocking queries read from one: reading rows and then the table index
+// from the live store could answer with the index of a write the rows did
+// not show, and the caller's next query (MinQueryIndex at that index) then
+// slept through it until the next write or its MaxQueryTime.
+func (s *StateStore) Snapshot() *StateStore {
+	return &StateStore{db: s.db.Snapshot(), abandonCh: s.abandonCh}
+}
+
 // AbandonCh is closed when a Restore replaces this store. Every read adds
 // it to the caller's WatchSet, so a blocking query wakes up and re-reads
 // from FSM.State().
