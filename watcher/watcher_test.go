@@ -148,13 +148,21 @@ func freed(l *localFSM) error {
 	return nil
 }
 
-func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
-	l := newLocalFSM()
-	setup(t, l)
+// startWatcher runs a leader's watcher over l with millisecond backoff,
+// until the test ends, and returns the CSI calls it makes.
+func startWatcher(t *testing.T, l *localFSM) *recordingCSI {
+	t.Helper()
 	csi := &recordingCSI{}
 	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
 	w.SetEnabled(true)
-	defer w.SetEnabled(false)
+	t.Cleanup(func() { w.SetEnabled(false) })
+	return csi
+}
+
+func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
+	l := newLocalFSM()
+	setup(t, l)
+	csi := startWatcher(t, l)
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
 	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1]"; got != exp {
 		t.Fatalf("calls exp: %s got: %s", exp, got)
@@ -227,10 +235,7 @@ func (*bufferSink) Close() error  { return nil }
 
 func TestWatcher_ReleasesEvalsThatBecomePendingAfterItStarted(t *testing.T) {
 	l := newLocalFSM()
-	csi := &recordingCSI{}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
-	w.SetEnabled(true)
-	defer w.SetEnabled(false)
+	csi := startWatcher(t, l)
 	setup(t, l) // the pending eval is written after the watcher's first look
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
 	// A second release, after the watcher has moved past the first eval.
@@ -254,10 +259,7 @@ func TestWatcher_RestoredStateIsReadFromTheStart(t *testing.T) {
 			ID: fmt.Sprintf("other-%d", i), SecretID: "s", Status: structs.NodeStatusReady}})
 	}
 	setup(t, l)
-	csi := &recordingCSI{}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
-	w.SetEnabled(true)
-	defer w.SetEnabled(false)
+	csi := startWatcher(t, l)
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
 
 	other := newLocalFSM()

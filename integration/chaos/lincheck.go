@@ -59,12 +59,12 @@ func checkLinearizable(ops []Op, callers int, timeout time.Duration) linResult {
 		switch v.result {
 		case porcupine.Illegal:
 			failed = append(failed, v.volume)
-			failing = append(failing, v.failing...)
+			failing = append(failing, v.shown...)
 		case porcupine.Unknown:
 			unknown = append(unknown, v.volume)
 		default:
 			if !v.byParts {
-				whole = append(whole, v.failing...)
+				whole = append(whole, v.shown...)
 			}
 		}
 	}
@@ -87,15 +87,15 @@ type volumeVerdict struct {
 	volume  string
 	result  porcupine.CheckResult
 	byParts bool
-	// failing is what to visualise: the failing part when a part failed,
-	// else the volume's operations.
-	failing []porcupine.Operation
+	// shown is what the visualisation gets of this volume: the failing
+	// part when a part failed, else the volume's operations.
+	shown []porcupine.Operation
 }
 
 // checkVolume checks one volume whole, or by parts when the whole check
 // does not finish in half the timeout.
 func checkVolume(ops []porcupine.Operation, timeout time.Duration) volumeVerdict {
-	v := volumeVerdict{volume: ops[0].Input.(*Op).Volume, failing: ops}
+	v := volumeVerdict{volume: ops[0].Input.(*Op).Volume, shown: ops}
 	v.result = porcupine.CheckOperationsTimeout(claimModel, ops, timeout/2)
 	if v.result != porcupine.Unknown {
 		return v
@@ -115,7 +115,7 @@ func checkVolume(ops []porcupine.Operation, timeout time.Duration) volumeVerdict
 		v.result = porcupine.CheckOperationsTimeout(claimModel, part, left)
 		if v.result != porcupine.Ok {
 			if v.result == porcupine.Illegal {
-				v.failing = part
+				v.shown = part
 			}
 			return v
 		}
