@@ -56,9 +56,16 @@ log "building claimd"
 go build -o "$TMP/claimd" ./cmd/claimd
 CLAIMD="$TMP/claimd"
 
-# Three free loopback ports: nothing answers on them now.
+# Three free loopback ports: nothing answers on them now. They are taken
+# from below the kernel's ephemeral range: a port in that range can be the
+# local end of some outgoing connection (one server's to another), which
+# does not answer but still makes the next server's listen fail with
+# "address already in use".
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-NEXT_PORT=$((20000 + RANDOM % 20000))
+EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+PORT_SPAN=$((EPHEMERAL_LOW - 10000 - 1000))
+((PORT_SPAN >= 1000)) || PORT_SPAN=1000
+NEXT_PORT=$((10000 + RANDOM % PORT_SPAN))
 free_ports() {
 	PORTS=()
 	while ((${#PORTS[@]} < 3)); do
