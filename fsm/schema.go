@@ -75,7 +75,9 @@ func schema() *memdb.DBSchema {
 }
 
 func primary[T any](field func(*T) string) *memdb.IndexSchema {
-	return &memdb.IndexSchema{Name: indexID, Unique: true, Indexer: stringIndexer[T]{name: indexID, field: field}}
+	s := secondary(indexID, field)
+	s.Unique = true
+	return s
 }
 
 func secondary[T any](name string, field func(*T) string) *memdb.IndexSchema {
