@@ -16,8 +16,20 @@ type command struct {
 	run      func(args []string, stdout, stderr io.Writer) int
 }
 
+// moreCommands holds commands registered by other files' init functions
+// (registerCommand), so that a new command group is a new file.
+var moreCommands = map[string]command{}
+
+// registerCommand adds a command from an init function.
+func registerCommand(name, synopsis string, run func(args []string, stdout, stderr io.Writer) int) {
+	if _, dup := moreCommands[name]; dup {
+		panic("claimd: command registered twice: " + name)
+	}
+	moreCommands[name] = command{synopsis, run}
+}
+
 func commands() map[string]command {
-	return map[string]command{
+	cmds := map[string]command{
 		"agent":                         {"run a server, a client agent, or both (-dev)", runAgent},
 		"operator raft list-peers":      {"list the Raft members", runListPeers},
 		"operator raft remove-peer":     {"remove a server from the Raft configuration", runRemovePeer},
@@ -36,6 +48,10 @@ func commands() map[string]command {
 		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
 		"bench":                         {"drive a running cluster with claims and report throughput and latency", runBench},
 	}
+	for name, c := range moreCommands {
+		cmds[name] = c
+	}
+	return cmds
 }
 
 func main() {
@@ -45,7 +61,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	// Longest match first: "operator raft list-peers" before "operator".
-	for n := min(3, len(args)); n >= 1; n-- {
+	for n := min(4, len(args)); n >= 1; n-- {
 		if c, ok := cmds[strings.Join(args[:n], " ")]; ok {
 			return c.run(args[n:], stdout, stderr)
 		}
