@@ -80,6 +80,14 @@ func fuzzSeeds() map[string][]byte {
 			{ID: "e1", Type: structs.EvalTypeVolumeClaimGC, VolumeID: "v3"}}}),
 		"eval-complete": enc(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{
 			EvalID: structs.DeriveEvalID(fuzzBaseIndex, "v3"), Status: structs.EvalStatusFailed, StatusDescription: "gone"}),
+		"acl-bootstrap": enc(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{Token: &structs.ACLToken{
+			AccessorID: "t1", SecretID: "0123456789abcdef0123456789abcdef", Type: structs.ACLTokenManagement}}),
+		"acl-policy-upsert": enc(structs.ACLPolicyUpsertRequestType, &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{
+			{Name: "ops", Rules: `volume { policy = "read" }`}}}),
+		"acl-policy-delete": enc(structs.ACLPolicyDeleteRequestType, &structs.ACLPolicyDeleteRequest{Names: []string{"ops"}}),
+		"acl-token-upsert": enc(structs.ACLTokenUpsertRequestType, &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
+			AccessorID: "t2", SecretID: "fedcba9876543210fedcba9876543210", Type: structs.ACLTokenClient, Policies: []string{"ops"}}}}),
+		"acl-token-delete":  enc(structs.ACLTokenDeleteRequestType, &structs.ACLTokenDeleteRequest{AccessorIDs: []string{"t2"}}),
 		"unknown-ignorable": {0xff, 0x80},
 		"unknown-fatal":     {0x7f, 0x80},
 		"truncated":         enc(structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{testVolume("v5", structs.AccessModeSingleNodeWriter)}})[:20],

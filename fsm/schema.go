@@ -18,6 +18,10 @@ const (
 	TableVolumes = "volumes"
 	TableAllocs  = "allocs"
 	TableEvals   = "evals"
+	// TableACLPolicies and TableACLTokens hold ACL policies by name and
+	// tokens by accessor ID (with an index on the secret's hash).
+	TableACLPolicies = "acl_policies"
+	TableACLTokens   = "acl_tokens"
 )
 
 // Index names beside the "id" primary index.
@@ -34,6 +38,10 @@ const (
 	// an eval three times (created, finished, pruned), and listing finished
 	// evals by status is an operator's rare scan.
 	indexPendingSince = "pending_since"
+	// indexSecret finds a token by the SHA-256 of its secret: a lookup by
+	// the hash leaks nothing about the secret through timing, and the
+	// secret itself is then compared in constant time.
+	indexSecret = "secret"
 )
 
 // IndexEntry is a row of the index table: the Raft index of the last write
@@ -71,11 +79,23 @@ func schema() *memdb.DBSchema {
 			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
 				Indexer: pendingSinceIndexer{}},
 		}},
+		TableACLPolicies: {Name: TableACLPolicies, Indexes: map[string]*memdb.IndexSchema{
+			indexID: primary(func(p *structs.ACLPolicy) string { return p.Name }),
+		}},
+		TableACLTokens: {Name: TableACLTokens, Indexes: map[string]*memdb.IndexSchema{
+			indexID: primary(func(t *structs.ACLToken) string { return t.AccessorID }),
+			indexSecret: unique(secondary(indexSecret, func(t *structs.ACLToken) string {
+				return secretKey(t.SecretID)
+			})),
+		}},
 	}}
 }
 
 func primary[T any](field func(*T) string) *memdb.IndexSchema {
-	s := secondary(indexID, field)
+	return unique(secondary(indexID, field))
+}
+
+func unique(s *memdb.IndexSchema) *memdb.IndexSchema {
 	s.Unique = true
 	return s
 }

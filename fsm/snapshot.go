@@ -44,7 +44,10 @@ const (
 	kindVolume recordKind = 4
 	kindAlloc  recordKind = 5
 	kindEval   recordKind = 6
-	kindEnd    recordKind = 255
+	// ACL rows: a snapshot written before ACLs existed simply has none.
+	kindACLPolicy recordKind = 7
+	kindACLToken  recordKind = 8
+	kindEnd       recordKind = 255
 )
 
 // snapshotTables lists what a snapshot holds, in the order written.
@@ -59,6 +62,8 @@ var snapshotTables = []struct {
 	{TableVolumes, kindVolume, func() any { return new(structs.Volume) }},
 	{TableAllocs, kindAlloc, func() any { return new(structs.Alloc) }},
 	{TableEvals, kindEval, func() any { return new(structs.Eval) }},
+	{TableACLPolicies, kindACLPolicy, func() any { return new(structs.ACLPolicy) }},
+	{TableACLTokens, kindACLToken, func() any { return new(structs.ACLToken) }},
 }
 
 // snapshotHandle is structs.MsgpackHandle plus Canonical: map keys are

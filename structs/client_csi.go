@@ -14,7 +14,13 @@ type CSIControllerQuery struct {
 // server that does; Forwarded stops a second hop.
 type NodeRouting struct {
 	Forwarded bool
+	// AuthToken is the server token when ACLs are on without TLS (with
+	// TLS, the server certificate is the credential).
+	AuthToken string
 }
+
+func (r *NodeRouting) Token() string     { return r.AuthToken }
+func (r *NodeRouting) SetToken(t string) { r.AuthToken = t }
 
 // ClientCSIControllerAttachRequest asks a controller plugin to publish a
 // volume to a node (ControllerPublishVolume). Sent only for a new claim
@@ -79,8 +85,12 @@ type ClientCSINodeDetachResponse struct{}
 
 // NodeConnRequest asks a server whether it holds a node's session.
 type NodeConnRequest struct {
-	NodeID string
+	NodeID    string
+	AuthToken string
 }
+
+func (r *NodeConnRequest) Token() string     { return r.AuthToken }
+func (r *NodeConnRequest) SetToken(t string) { r.AuthToken = t }
 
 // NodeConnResponse: Connected with the session's start, so the caller can
 // pick the newest when a node reconnected to another server.

@@ -33,6 +33,11 @@ const (
 	EvalUpsertRequestType        MessageType = 11
 	EvalCompleteRequestType      MessageType = 12
 	CheckpointBatchRequestType   MessageType = 13
+	ACLBootstrapRequestType      MessageType = 14
+	ACLPolicyUpsertRequestType   MessageType = 15
+	ACLPolicyDeleteRequestType   MessageType = 16
+	ACLTokenUpsertRequestType    MessageType = 17
+	ACLTokenDeleteRequestType    MessageType = 18
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -14,22 +14,31 @@ type QueryOptions struct {
 	// Forwarded is set by a server that forwarded the request, so that the
 	// receiver never forwards it again (one hop at most).
 	Forwarded bool
+	// AuthToken is the caller's credential: an ACL token's secret ID, or a
+	// client agent's node secret. Forwarded unchanged; never logged.
+	AuthToken string
 }
 
 func (q *QueryOptions) IsRead() bool         { return true }
 func (q *QueryOptions) AllowStaleRead() bool { return q.AllowStale }
 func (q *QueryOptions) IsForwarded() bool    { return q.Forwarded }
 func (q *QueryOptions) SetForwarded()        { q.Forwarded = true }
+func (q *QueryOptions) Token() string        { return q.AuthToken }
+func (q *QueryOptions) SetToken(t string)    { q.AuthToken = t }
 
 // WriteRequest is embedded in every write request.
 type WriteRequest struct {
 	Forwarded bool
+	// AuthToken: see QueryOptions.AuthToken.
+	AuthToken string
 }
 
 func (w *WriteRequest) IsRead() bool         { return false }
 func (w *WriteRequest) AllowStaleRead() bool { return false }
 func (w *WriteRequest) IsForwarded() bool    { return w.Forwarded }
 func (w *WriteRequest) SetForwarded()        { w.Forwarded = true }
+func (w *WriteRequest) Token() string        { return w.AuthToken }
+func (w *WriteRequest) SetToken(t string)    { w.AuthToken = t }
 
 // RPCInfo is what the forwarding layer needs to know about a request.
 type RPCInfo interface {
@@ -37,6 +46,15 @@ type RPCInfo interface {
 	AllowStaleRead() bool
 	IsForwarded() bool
 	SetForwarded()
+	Authenticated
+}
+
+// Authenticated is a request that carries the caller's credential. Clients
+// (the api package, client agents) fill it in through SetToken when it is
+// empty; servers read it after forwarding.
+type Authenticated interface {
+	Token() string
+	SetToken(string)
 }
 
 // QueryMeta is embedded in every read response.
@@ -68,8 +86,14 @@ type GenericResponse struct {
 	WriteMeta
 }
 
-// EmptyArgs is for Status calls that take nothing.
-type EmptyArgs struct{}
+// EmptyArgs is for Status calls that take nothing but the caller's
+// credential.
+type EmptyArgs struct {
+	AuthToken string
+}
+
+func (e *EmptyArgs) Token() string     { return e.AuthToken }
+func (e *EmptyArgs) SetToken(t string) { e.AuthToken = t }
 
 // Blocking query bounds. A query without MaxQueryTime waits the default; no
 // query waits longer than the maximum, so a lost caller costs a bounded time.
