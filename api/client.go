@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"strings"
@@ -34,6 +35,20 @@ type Config struct {
 	// RetryNoLeaderFor bounds how long a call answered no_leader is
 	// retried (0 = 10 s, negative = never).
 	RetryNoLeaderFor time.Duration
+	// Token is the ACL token's secret sent with every call that does not
+	// carry one of its own.
+	Token string
+	// TLS, when set, makes every connection TLS (tlsutil.ClientConfigFromFiles
+	// builds it from -ca-cert, -client-cert and -client-key).
+	TLS *tls.Config
+}
+
+// TokenFromEnv is the flag value, or CLAIMD_TOKEN.
+func TokenFromEnv(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return os.Getenv("CLAIMD_TOKEN")
 }
 
 // AddressesFromEnv splits a comma-separated list, or CLAIMD_ADDR, or the
@@ -77,6 +92,10 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.RetryNoLeaderFor == 0 {
 		cfg.RetryNoLeaderFor = 10 * time.Second
+	}
+	if cfg.TLS != nil {
+		tlsCfg := cfg.TLS
+		cfg.Dialer = rpc.TLSDialer(cfg.Dialer, func() *tls.Config { return tlsCfg }, false)
 	}
 	return &Client{cfg: cfg}, nil
 }
@@ -128,6 +147,9 @@ func (c *Client) dropSession(conn *rpc.MuxClient) {
 // on the next server; others return their error, testable with errors.Is
 // against the structs.Err* sentinels.
 func (c *Client) Call(ctx context.Context, method string, args, reply any) error {
+	if a, ok := args.(structs.Authenticated); ok && a.Token() == "" && c.cfg.Token != "" {
+		a.SetToken(c.cfg.Token)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		timeout := c.cfg.Timeout
 		if q, ok := args.(interface{ QueryWait() time.Duration }); ok {

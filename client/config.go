@@ -8,6 +8,7 @@ import (
 
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // Config configures a client agent.
@@ -25,6 +26,17 @@ type Config struct {
 	ProbeInterval time.Duration
 	Logger        hclog.Logger
 	Dialer        rpc.Dialer
+	// TLS, when set, makes every connection to the servers TLS, with this
+	// agent's client certificate, and checks the servers' certificates.
+	TLS *tlsutil.Configurator
+	// TLSAllowPlaintext falls back to plaintext towards a server that does
+	// not speak TLS yet (the migration mode; see rpc.TLSDialer).
+	TLSAllowPlaintext bool
+	// RegisterToken is an ACL token that grants node:write, used only to
+	// register this node the first time when ACLs are on and TLS is off
+	// (with TLS, the client certificate is enough). Every other call
+	// authenticates with the node's own secret.
+	RegisterToken string
 }
 
 func (c *Config) validate() error {

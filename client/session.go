@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
 )
 
 // serverConn keeps the agent's one session to a server. Calls the agent
@@ -23,10 +24,16 @@ type serverConn struct {
 	// connected is closed and replaced each time a new session starts, so
 	// the heartbeat loop re-registers at once on the new server.
 	connected chan struct{}
+	// dial is the agent's dialer, TLS when TLS is on.
+	dial rpc.Dialer
 }
 
 func newServerConn(a *Agent, servers []string) *serverConn {
-	return &serverConn{a: a, servers: append([]string(nil), servers...), connected: make(chan struct{})}
+	dial := a.cfg.Dialer
+	if a.cfg.TLS != nil {
+		dial = rpc.TLSDialer(dial, a.cfg.TLS.OutgoingConfig, a.cfg.TLSAllowPlaintext)
+	}
+	return &serverConn{a: a, servers: append([]string(nil), servers...), connected: make(chan struct{}), dial: dial}
 }
 
 // setServers merges addresses the servers told us about.
@@ -62,7 +69,7 @@ func (s *serverConn) session(ctx context.Context) (*rpc.MuxClient, error) {
 	for range s.servers {
 		addr := s.servers[s.next%len(s.servers)]
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := rpc.DialMux(dctx, s.a.cfg.Dialer, addr, s.a.logger)
+		conn, err := rpc.DialMux(dctx, s.dial, addr, s.a.logger)
 		cancel()
 		if err == nil {
 			s.conn = conn
@@ -128,6 +135,16 @@ func (s *serverConn) close() {
 // call makes one RPC. A transport failure drops the session; a call that
 // was not sent is retried once on the next server.
 func (s *serverConn) call(ctx context.Context, method string, args, reply any) error {
+	// Every call authenticates as this node with its secret, except a
+	// registration, which may need an ACL token for a node the servers do
+	// not know yet (Config.RegisterToken; a known node re-registers with
+	// the secret in the node itself).
+	if a, ok := args.(structs.Authenticated); ok && a.Token() == "" {
+		a.SetToken(s.a.ident.Secret)
+		if method == "Node.Register" && s.a.cfg.RegisterToken != "" {
+			a.SetToken(s.a.cfg.RegisterToken)
+		}
+	}
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var conn *rpc.MuxClient

@@ -10,7 +10,10 @@ import (
 )
 
 // Alloc places, stops and reads allocations.
-type Alloc struct{ srv Server }
+type Alloc struct {
+	srv  Server
+	auth *authz
+}
 
 // maxAllocsPerRequest bounds one place request's entry.
 const maxAllocsPerRequest = 1000
@@ -19,6 +22,9 @@ const maxAllocsPerRequest = 1000
 // client agent sees them through its blocking query and claims volumes.
 func (a *Alloc) Place(args *structs.AllocPlaceRequest, reply *structs.GenericResponse) error {
 	if done, err := a.srv.Forward("Alloc.Place", args, args, reply); done {
+		return err
+	}
+	if _, err := a.auth.check("Alloc.Place", args); err != nil {
 		return err
 	}
 	if len(args.Allocs) == 0 {
@@ -46,6 +52,9 @@ func (a *Alloc) Stop(args *structs.AllocStopRequest, reply *structs.GenericRespo
 	if done, err := a.srv.Forward("Alloc.Stop", args, args, reply); done {
 		return err
 	}
+	if _, err := a.auth.check("Alloc.Stop", args); err != nil {
+		return err
+	}
 	if len(args.AllocIDs) == 0 {
 		return structs.Invalid("alloc_ids", "at least one allocation ID is required")
 	}
@@ -64,6 +73,10 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 	if done, err := a.srv.Forward("Alloc.Get", args, args, reply); done {
 		return err
 	}
+	c, err := a.auth.check("Alloc.Get", args)
+	if err != nil {
+		return err
+	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
 		return err
 	}
@@ -72,6 +85,14 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 			alloc, err := state.AllocByID(ws, args.ID)
 			if err != nil {
 				return 0, err
+			}
+			if alloc != nil {
+				// A client agent reads only its own node's allocations.
+				if err := c.allowNode(a.auth, "Alloc.Get", alloc.NodeID); err != nil {
+					return 0, err
+				}
+			} else if !c.granted() {
+				return 0, a.auth.deny("Alloc.Get", "the token does not grant alloc:read")
 			}
 			reply.Alloc = alloc
 			if alloc == nil {
@@ -88,6 +109,13 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 // node's allocations with this as a blocking query.
 func (a *Alloc) List(args *structs.AllocListRequest, reply *structs.AllocListResponse) error {
 	if done, err := a.srv.Forward("Alloc.List", args, args, reply); done {
+		return err
+	}
+	c, err := a.auth.check("Alloc.List", args)
+	if err != nil {
+		return err
+	}
+	if err := c.allowNode(a.auth, "Alloc.List", args.NodeID); err != nil {
 		return err
 	}
 	if args.NodeID != "" {

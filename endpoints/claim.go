@@ -16,9 +16,20 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	if done, err := v.srv.Forward("Volume.Claim", args, args, reply); done {
 		return err
 	}
+	c, err := v.auth.check("Volume.Claim", args)
+	if err != nil {
+		return err
+	}
 	if err := args.Validate(); err != nil {
 		return err
 	}
+	// A client agent claims and releases only for allocations on its own
+	// node (the state machine checks the alloc is placed on NodeID).
+	if err := c.allowNode(v.auth, "Volume.Claim", claimNode(v.srv, args)); err != nil {
+		return err
+	}
+	// The token has done its work: it is not written to the log.
+	args.AuthToken = ""
 	res, index, err := v.srv.SubmitClaim(args)
 	if err != nil {
 		return err
@@ -38,6 +49,11 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 		// copy cost O(claims on the volume) per claim).
 		spec := *vol
 		spec.ReadClaims, spec.WriteClaims, spec.PastClaims = nil, nil, nil
+		// The volume's secrets go only to the node that holds the claim,
+		// authenticated by its node secret.
+		if !c.isNode(res.Claim.NodeID) {
+			spec.Secrets = nil
+		}
 		reply.Volume = &spec
 	}
 	return v.ensurePublished(res.Claim, reply)
@@ -182,4 +198,16 @@ func (v *Volume) recordPublished(claim *structs.Claim, publishContext map[string
 		reply.Claim.PublishContext = publishContext
 	}
 	return nil
+}
+
+// claimNode is the node a claim or release acts for: the request's node, or
+// for a release that names none, the node the allocation is placed on.
+func claimNode(srv Server, args *structs.VolumeClaimRequest) string {
+	if args.NodeID != "" || !args.Release {
+		return args.NodeID
+	}
+	if a, err := srv.State().AllocByID(nil, args.AllocID); err == nil && a != nil {
+		return a.NodeID
+	}
+	return ""
 }

@@ -14,16 +14,25 @@ import (
 // controller of the plugin picked here when the caller names none, and the
 // named one checked when it does (seed 1); every call is then delivered
 // over the target node's session, one hop away at most.
-type ClientCSI struct{ srv Server }
+type ClientCSI struct {
+	srv  Server
+	auth *authz
+}
 
 // ControllerAttachVolume runs ControllerPublishVolume on a controller node.
 func (c *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAttachRequest, reply *structs.ClientCSIControllerAttachResponse) error {
+	if _, err := c.auth.check("ClientCSI.ControllerAttachVolume", args); err != nil {
+		return err
+	}
 	return c.controllerCall("ClientCSI.ControllerAttachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
 		func(node string) { reply.ControllerNodeID = node })
 }
 
 // ControllerDetachVolume runs ControllerUnpublishVolume on a controller node.
 func (c *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDetachRequest, reply *structs.ClientCSIControllerDetachResponse) error {
+	if _, err := c.auth.check("ClientCSI.ControllerDetachVolume", args); err != nil {
+		return err
+	}
 	return c.controllerCall("ClientCSI.ControllerDetachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
 		func(node string) { reply.ControllerNodeID = node })
 }
@@ -31,6 +40,9 @@ func (c *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 // NodeDetachVolume runs NodeUnpublish (and NodeUnstage when no other
 // allocation on the node uses the volume) on the claim's node.
 func (c *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
+	if _, err := c.auth.check("ClientCSI.NodeDetachVolume", args); err != nil {
+		return err
+	}
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}

@@ -16,6 +16,9 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 	if done, err := v.srv.Forward("Volume.Detach", args, args, reply); done {
 		return err
 	}
+	if _, err := v.auth.check("Volume.Detach", args); err != nil {
+		return err
+	}
 	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {
 		return err
 	}

@@ -10,11 +10,17 @@ import (
 )
 
 // Eval reads volume-claim-gc evals.
-type Eval struct{ srv Server }
+type Eval struct {
+	srv  Server
+	auth *authz
+}
 
 // Get reads one eval.
 func (e *Eval) Get(args *structs.EvalSpecificRequest, reply *structs.EvalResponse) error {
 	if done, err := e.srv.Forward("Eval.Get", args, args, reply); done {
+		return err
+	}
+	if _, err := e.auth.check("Eval.Get", args); err != nil {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
@@ -40,6 +46,9 @@ func (e *Eval) Get(args *structs.EvalSpecificRequest, reply *structs.EvalRespons
 // List reads evals, optionally filtered by status and volume.
 func (e *Eval) List(args *structs.EvalListRequest, reply *structs.EvalListResponse) error {
 	if done, err := e.srv.Forward("Eval.List", args, args, reply); done {
+		return err
+	}
+	if _, err := e.auth.check("Eval.List", args); err != nil {
 		return err
 	}
 	if args.Status != "" && !args.Status.Valid() {

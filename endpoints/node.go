@@ -1,18 +1,21 @@
 package endpoints
 
 import (
+	"crypto/subtle"
 	"fmt"
 
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // Node serves client agents (register, status, alloc updates) and reads.
 type Node struct {
 	srv  Server
 	conn ConnInfo
+	auth *authz
 }
 
 // bindSession records that the node's agent is on this call's session, so
@@ -32,9 +35,17 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
 		return err
 	}
+	c, err := n.auth.check("Node.Register", args)
+	if err != nil {
+		return err
+	}
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
+	if err := n.allowRegister(c, args.Node); err != nil {
+		return err
+	}
+	args.AuthToken = ""
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err
@@ -48,12 +59,40 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	return nil
 }
 
+// allowRegister: a node that exists re-registers with its own secret; a new
+// node needs a token that grants node:write, or a client certificate
+// (whoever holds one was given it to run a client agent).
+func (n *Node) allowRegister(c *caller, node *structs.Node) error {
+	old, err := n.srv.State().NodeByID(nil, node.ID)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		if subtle.ConstantTimeCompare([]byte(old.SecretID), []byte(node.SecretID)) != 1 {
+			return n.auth.deny("Node.Register", fmt.Sprintf("node %q is registered with another secret_id", node.ID))
+		}
+		return nil
+	}
+	if c.granted() || n.conn.Role == tlsutil.RoleClient {
+		return nil
+	}
+	return n.auth.deny("Node.Register", "a new node needs a client certificate or a token that grants node:write")
+}
+
 // UpdateStatus marks a node ready or down.
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
 	n.bindSession(args.NodeID, args.IsForwarded())
 	if done, err := n.srv.Forward("Node.UpdateStatus", args, args, reply); done {
 		return err
 	}
+	c, err := n.auth.check("Node.UpdateStatus", args)
+	if err != nil {
+		return err
+	}
+	if err := c.allowNode(n.auth, "Node.UpdateStatus", args.NodeID); err != nil {
+		return err
+	}
+	args.AuthToken = ""
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}
@@ -90,6 +129,9 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 	if done, err := n.srv.Forward("Node.Deregister", args, args, reply); done {
 		return err
 	}
+	if _, err := n.auth.check("Node.Deregister", args); err != nil {
+		return err
+	}
 	if len(args.NodeIDs) == 0 {
 		return structs.Invalid("node_ids", "at least one node ID is required")
 	}
@@ -115,6 +157,16 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 	if done, err := n.srv.Forward("Node.UpdateAlloc", args, args, reply); done {
 		return err
 	}
+	c, err := n.auth.check("Node.UpdateAlloc", args)
+	if err != nil {
+		return err
+	}
+	// A node reports only its own allocations: with NodeID set the state
+	// machine refuses an update for an alloc placed elsewhere.
+	if err := c.allowNode(n.auth, "Node.UpdateAlloc", args.NodeID); err != nil {
+		return err
+	}
+	args.AuthToken = ""
 	if len(args.Allocs) == 0 {
 		return structs.Invalid("allocs", "at least one update is required")
 	}
@@ -137,6 +189,9 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 // Get reads one node (secret ID hidden).
 func (n *Node) Get(args *structs.NodeSpecificRequest, reply *structs.NodeResponse) error {
 	if done, err := n.srv.Forward("Node.Get", args, args, reply); done {
+		return err
+	}
+	if _, err := n.auth.check("Node.Get", args); err != nil {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
@@ -163,6 +218,9 @@ func (n *Node) Get(args *structs.NodeSpecificRequest, reply *structs.NodeRespons
 // List reads all nodes.
 func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListResponse) error {
 	if done, err := n.srv.Forward("Node.List", args, args, reply); done {
+		return err
+	}
+	if _, err := n.auth.check("Node.List", args); err != nil {
 		return err
 	}
 	return blockingQuery(n.srv, &args.QueryOptions, &reply.QueryMeta,

@@ -11,7 +11,10 @@ import (
 )
 
 // Operator manages the Raft membership.
-type Operator struct{ srv Server }
+type Operator struct {
+	srv  Server
+	auth *authz
+}
 
 // membershipTimeout bounds a configuration change at the leader.
 const membershipTimeout = 10 * time.Second
@@ -20,6 +23,9 @@ const membershipTimeout = 10 * time.Second
 // leader answers); AllowStale answers from this server's view.
 func (o *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *structs.RaftConfigurationResponse) error {
 	if done, err := o.srv.Forward("Operator.RaftGetConfiguration", args, args, reply); done {
+		return err
+	}
+	if _, err := o.auth.check("Operator.RaftGetConfiguration", args); err != nil {
 		return err
 	}
 	r := o.srv.Raft()
@@ -45,6 +51,9 @@ func (o *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *str
 // RaftRemovePeer removes a server from the configuration by ID or address.
 func (o *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.GenericResponse) error {
 	if done, err := o.srv.Forward("Operator.RaftRemovePeer", args, args, reply); done {
+		return err
+	}
+	if _, err := o.auth.check("Operator.RaftRemovePeer", args); err != nil {
 		return err
 	}
 	if args.ID == "" && args.Address == "" {
@@ -78,6 +87,9 @@ func (o *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.
 // its data dir) replaces the old entry.
 func (o *Operator) RaftJoin(args *structs.RaftJoinRequest, reply *structs.GenericResponse) error {
 	if done, err := o.srv.Forward("Operator.RaftJoin", args, args, reply); done {
+		return err
+	}
+	if _, err := o.auth.check("Operator.RaftJoin", args); err != nil {
 		return err
 	}
 	if err := structs.ValidateID("server.id", args.Server.ID); err != nil {
@@ -116,6 +128,9 @@ func (o *Operator) RaftJoin(args *structs.RaftJoinRequest, reply *structs.Generi
 // one named, or one Raft picks).
 func (o *Operator) TransferLeadership(args *structs.TransferLeadershipRequest, reply *structs.GenericResponse) error {
 	if done, err := o.srv.Forward("Operator.TransferLeadership", args, args, reply); done {
+		return err
+	}
+	if _, err := o.auth.check("Operator.TransferLeadership", args); err != nil {
 		return err
 	}
 	r := o.srv.Raft()

@@ -8,11 +8,17 @@ import (
 )
 
 // Plugin reads the plugins derived from node fingerprints.
-type Plugin struct{ srv Server }
+type Plugin struct {
+	srv  Server
+	auth *authz
+}
 
 // Get reads one plugin.
 func (p *Plugin) Get(args *structs.PluginSpecificRequest, reply *structs.PluginResponse) error {
 	if done, err := p.srv.Forward("Plugin.Get", args, args, reply); done {
+		return err
+	}
+	if _, err := p.auth.check("Plugin.Get", args); err != nil {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
@@ -38,6 +44,9 @@ func (p *Plugin) Get(args *structs.PluginSpecificRequest, reply *structs.PluginR
 // List reads all plugins.
 func (p *Plugin) List(args *structs.PluginListRequest, reply *structs.PluginListResponse) error {
 	if done, err := p.srv.Forward("Plugin.List", args, args, reply); done {
+		return err
+	}
+	if _, err := p.auth.check("Plugin.List", args); err != nil {
 		return err
 	}
 	return blockingQuery(p.srv, &args.QueryOptions, &reply.QueryMeta,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
 	"github.com/claimd/claimd/watcher"
 )
 
@@ -55,6 +56,15 @@ type Server interface {
 	Publishes() *PublishTracker
 	// AttachLocks serialise publish and unpublish of one volume on one node.
 	AttachLocks() *watcher.AttachLocks
+	// ACLEnabled reports whether this server checks ACL tokens.
+	ACLEnabled() bool
+	// Tokens resolves ACL tokens (with a per-server cache).
+	Tokens() *TokenResolver
+	// Security counts refused connections and calls.
+	Security() *SecurityCounters
+	// ACLResetIndex is the index an operator wrote to acl-bootstrap-reset
+	// in this server's data dir (0 if none): see ACL.Bootstrap.
+	ACLResetIndex() uint64
 }
 
 // NewClientCSI gives the server (and its watcher) the ClientCSI shim
@@ -62,24 +72,36 @@ type Server interface {
 func NewClientCSI(srv Server) *ClientCSI { return &ClientCSI{srv: srv} }
 
 // ConnInfo describes the connection a call arrived on: Session is the
-// yamux session for ProtoMux connections, nil otherwise.
+// yamux session for ProtoMux connections, nil otherwise; TLS and Role say
+// whether it was TLS and what the peer's certificate names it; Remote is
+// the peer address for log lines.
 type ConnInfo struct {
 	Session *yamux.Session
+	TLS     bool
+	Role    tlsutil.Role
+	Remote  string
+}
+
+// Receivers are the RPC receivers of one connection, by service name.
+func Receivers(srv Server, conn ConnInfo) map[string]any {
+	auth := &authz{srv: srv, conn: conn}
+	return map[string]any{
+		"Status":    &Status{srv: srv, auth: auth},
+		"Operator":  &Operator{srv: srv, auth: auth},
+		"Volume":    &Volume{srv: srv, auth: auth},
+		"Node":      &Node{srv: srv, conn: conn, auth: auth},
+		"ClientCSI": &ClientCSI{srv: srv, auth: auth},
+		"System":    &System{srv: srv, auth: auth},
+		"Alloc":     &Alloc{srv: srv, auth: auth},
+		"Plugin":    &Plugin{srv: srv, auth: auth},
+		"Eval":      &Eval{srv: srv, auth: auth},
+		"ACL":       &ACL{srv: srv, auth: auth},
+	}
 }
 
 // Register adds every endpoint to rs.
 func Register(rs *netrpc.Server, srv Server, conn ConnInfo) error {
-	for name, rcvr := range map[string]any{
-		"Status":    &Status{srv: srv},
-		"Operator":  &Operator{srv: srv},
-		"Volume":    &Volume{srv: srv},
-		"Node":      &Node{srv: srv, conn: conn},
-		"ClientCSI": &ClientCSI{srv: srv},
-		"System":    &System{srv: srv},
-		"Alloc":     &Alloc{srv: srv},
-		"Plugin":    &Plugin{srv: srv},
-		"Eval":      &Eval{srv: srv},
-	} {
+	for name, rcvr := range Receivers(srv, conn) {
 		if err := rs.RegisterName(name, rcvr); err != nil {
 			return err
 		}

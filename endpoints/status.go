@@ -12,13 +12,22 @@ import (
 
 // Status answers liveness and cluster-shape questions. It never forwards:
 // each server speaks for itself.
-type Status struct{ srv Server }
+type Status struct {
+	srv  Server
+	auth *authz
+}
 
 // Ping answers at once; it proves the RPC path works.
-func (s *Status) Ping(args *structs.EmptyArgs, reply *struct{}) error { return nil }
+func (s *Status) Ping(args *structs.EmptyArgs, reply *struct{}) error {
+	_, err := s.auth.check("Status.Ping", args)
+	return err
+}
 
 // Leader returns the leader's address as this server knows it ("" if none).
 func (s *Status) Leader(args *structs.EmptyArgs, reply *string) error {
+	if _, err := s.auth.check("Status.Leader", args); err != nil {
+		return err
+	}
 	addr, _ := s.srv.Raft().LeaderWithID()
 	*reply = string(addr)
 	return nil
@@ -26,6 +35,9 @@ func (s *Status) Leader(args *structs.EmptyArgs, reply *string) error {
 
 // Peers returns the addresses of the Raft voters as this server knows them.
 func (s *Status) Peers(args *structs.EmptyArgs, reply *[]string) error {
+	if _, err := s.auth.check("Status.Peers", args); err != nil {
+		return err
+	}
 	f := s.srv.Raft().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return structs.NewError(structs.CodeUnavailable, err.Error())
@@ -41,12 +53,18 @@ func (s *Status) Peers(args *structs.EmptyArgs, reply *[]string) error {
 
 // Hello exchanges identities between servers for bootstrap-expect.
 func (s *Status) Hello(args *structs.HelloRequest, reply *structs.HelloResponse) error {
+	if _, err := s.auth.check("Status.Hello", args); err != nil {
+		return err
+	}
 	*reply = *s.srv.Hello(args)
 	return nil
 }
 
 // HasNodeConn tells another server whether this one holds a node's session.
 func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeConnResponse) error {
+	if _, err := s.auth.check("Status.HasNodeConn", args); err != nil {
+		return err
+	}
 	*reply = s.srv.NodeRouter().HasConn(args.NodeID)
 	return nil
 }
@@ -55,6 +73,9 @@ func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeC
 // valid for AppliedIndex only if the index did not move while hashing; the
 // caller retries otherwise (it is 0 then).
 func (s *Status) StateDigest(args *structs.EmptyArgs, reply *structs.StateDigest) error {
+	if _, err := s.auth.check("Status.StateDigest", args); err != nil {
+		return err
+	}
 	before := s.srv.Raft().AppliedIndex()
 	h := sha256.New()
 	cw := &countingWriter{w: h}
@@ -83,6 +104,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // Runtime reports this server process's goroutines and heap (never
 // forwarded).
 func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) error {
+	if _, err := s.auth.check("Status.Runtime", args); err != nil {
+		return err
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc}

@@ -8,13 +8,19 @@ import (
 )
 
 // System runs cluster-wide maintenance.
-type System struct{ srv Server }
+type System struct {
+	srv  Server
+	auth *authz
+}
 
 // GarbageCollect runs the claim GC on the leader now. It creates evals for
 // past claims that have none and retries every release at once; it does not
 // wait for any release, so a stuck one never blocks it (seed 2).
 func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.SystemGCResponse) error {
 	if done, err := s.srv.Forward("System.GarbageCollect", args, args, reply); done {
+		return err
+	}
+	if _, err := s.auth.check("System.GarbageCollect", args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -28,6 +34,9 @@ func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.Sy
 // last error and next try, per volume.
 func (s *System) ReleaseStatus(args *structs.ReleaseStatusRequest, reply *structs.ReleaseStatusResponse) error {
 	if done, err := s.srv.Forward("System.ReleaseStatus", args, args, reply); done {
+		return err
+	}
+	if _, err := s.auth.check("System.ReleaseStatus", args); err != nil {
 		return err
 	}
 	reply.Volumes = s.srv.Watcher().Status()

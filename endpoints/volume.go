@@ -10,7 +10,10 @@ import (
 )
 
 // Volume registers, reads and removes volumes.
-type Volume struct{ srv Server }
+type Volume struct {
+	srv  Server
+	auth *authz
+}
 
 // maxVolumesPerRequest bounds one registration so that one entry stays
 // small enough to replicate quickly.
@@ -20,6 +23,9 @@ const maxVolumesPerRequest = 1000
 // log, so that a bad spec never becomes an entry; the FSM checks again.
 func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.GenericResponse) error {
 	if done, err := v.srv.Forward("Volume.Register", args, args, reply); done {
+		return err
+	}
+	if _, err := v.auth.check("Volume.Register", args); err != nil {
 		return err
 	}
 	if len(args.Volumes) == 0 {
@@ -51,6 +57,9 @@ func (v *Volume) Deregister(args *structs.VolumeDeregisterRequest, reply *struct
 	if done, err := v.srv.Forward("Volume.Deregister", args, args, reply); done {
 		return err
 	}
+	if _, err := v.auth.check("Volume.Deregister", args); err != nil {
+		return err
+	}
 	if len(args.VolumeIDs) == 0 {
 		return structs.Invalid("volume_ids", "at least one volume ID is required")
 	}
@@ -67,6 +76,9 @@ func (v *Volume) Deregister(args *structs.VolumeDeregisterRequest, reply *struct
 // Get reads one volume; a missing volume is a not_found error.
 func (v *Volume) Get(args *structs.VolumeSpecificRequest, reply *structs.VolumeResponse) error {
 	if done, err := v.srv.Forward("Volume.Get", args, args, reply); done {
+		return err
+	}
+	if _, err := v.auth.check("Volume.Get", args); err != nil {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
@@ -94,6 +106,9 @@ func (v *Volume) Get(args *structs.VolumeSpecificRequest, reply *structs.VolumeR
 // List reads all volumes, or those of one plugin.
 func (v *Volume) List(args *structs.VolumeListRequest, reply *structs.VolumeListResponse) error {
 	if done, err := v.srv.Forward("Volume.List", args, args, reply); done {
+		return err
+	}
+	if _, err := v.auth.check("Volume.List", args); err != nil {
 		return err
 	}
 	return blockingQuery(v.srv, &args.QueryOptions, &reply.QueryMeta,

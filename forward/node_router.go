@@ -21,11 +21,17 @@ type NodeRouter struct {
 	pool  *Pool
 	// peers returns the other servers' RPC addresses.
 	peers func() []string
+	// serverToken is the cluster's server token ("" when ACLs are off),
+	// the credential of a hop to another server when TLS is off.
+	serverToken func() string
 }
 
 // NewNodeRouter makes a router.
-func NewNodeRouter(conns *NodeConns, pool *Pool, peers func() []string) *NodeRouter {
-	return &NodeRouter{conns: conns, pool: pool, peers: peers}
+func NewNodeRouter(conns *NodeConns, pool *Pool, peers func() []string, serverToken func() string) *NodeRouter {
+	if serverToken == nil {
+		serverToken = func() string { return "" }
+	}
+	return &NodeRouter{conns: conns, pool: pool, peers: peers, serverToken: serverToken}
 }
 
 // Conns is the node-connection registry.
@@ -49,6 +55,8 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 		defer cancel()
 	}
 	if c, ok := r.conns.Get(nodeID); ok {
+		// The server token is for servers: it never travels to a client.
+		routing.AuthToken = ""
 		return c.Client.Call(ctx, method, args, reply)
 	}
 	if routing.Forwarded {
@@ -58,8 +66,8 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 	if err != nil {
 		return err
 	}
-	routing.Forwarded = true
-	defer func() { routing.Forwarded = false }()
+	routing.Forwarded, routing.AuthToken = true, r.serverToken()
+	defer func() { routing.Forwarded, routing.AuthToken = false, "" }()
 	return r.pool.RPC(ctx, addr, method, args, reply)
 }
 
@@ -77,7 +85,7 @@ func (r *NodeRouter) findServer(ctx context.Context, nodeID string) (string, err
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			var resp structs.NodeConnResponse
-			if err := r.pool.RPC(actx, addr, "Status.HasNodeConn", &structs.NodeConnRequest{NodeID: nodeID}, &resp); err != nil {
+			if err := r.pool.RPC(actx, addr, "Status.HasNodeConn", &structs.NodeConnRequest{NodeID: nodeID, AuthToken: r.serverToken()}, &resp); err != nil {
 				resp = structs.NodeConnResponse{}
 			}
 			answers <- answer{addr, resp}

@@ -19,17 +19,17 @@ func init() {
 // one (the reset procedure, which an operator can only start with access
 // to a server's data dir).
 func applyACLBootstrap(tx *txn, req *structs.ACLBootstrapRequest) (any, error) {
-	if err := req.Token.Validate(); err != nil {
+	if err := req.NewToken.Validate(); err != nil {
 		return nil, err
 	}
-	if req.Token.Type != structs.ACLTokenManagement {
+	if req.NewToken.Type != structs.ACLTokenManagement {
 		return nil, structs.Invalid("token.type", "the bootstrap token is a management token")
 	}
 	if done := tableIndexIn(tx, aclBootstrapKey); done != 0 && done != req.ResetIndex {
 		return nil, structs.NewError(structs.CodeConflict,
 			fmt.Sprintf("ACL bootstrap already done (reset index %d)", done))
 	}
-	if err := putToken(tx, req.Token); err != nil {
+	if err := putToken(tx, req.NewToken); err != nil {
 		return nil, err
 	}
 	tx.touched[aclBootstrapKey] = true

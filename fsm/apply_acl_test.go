@@ -20,7 +20,7 @@ const (
 
 func TestACLBootstrap_OncePerClusterUnlessResetIndexMatches(t *testing.T) {
 	h := mustNewHarness(t)
-	first := h.apply(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{Token: testToken("boot1", secretA, structs.ACLTokenManagement)})
+	first := h.apply(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{NewToken: testToken("boot1", secretA, structs.ACLTokenManagement)})
 	if err, _ := first.(error); err != nil {
 		t.Fatalf("exp: first bootstrap accepted got: %v", err)
 	}
@@ -28,7 +28,7 @@ func TestACLBootstrap_OncePerClusterUnlessResetIndexMatches(t *testing.T) {
 	if done == 0 {
 		t.Fatalf("exp: bootstrap index recorded got: 0")
 	}
-	second := h.apply(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{Token: testToken("boot2", secretB, structs.ACLTokenManagement)})
+	second := h.apply(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{NewToken: testToken("boot2", secretB, structs.ACLTokenManagement)})
 	if err, _ := second.(error); !errors.Is(err, structs.ErrConflict) {
 		t.Fatalf("exp: second bootstrap refused with conflict got: %v", second)
 	}
@@ -36,7 +36,7 @@ func TestACLBootstrap_OncePerClusterUnlessResetIndexMatches(t *testing.T) {
 		t.Fatalf("exp: refused bootstrap wrote nothing got: %+v", tok)
 	}
 	reset := h.apply(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{
-		Token: testToken("boot2", secretB, structs.ACLTokenManagement), ResetIndex: done})
+		NewToken: testToken("boot2", secretB, structs.ACLTokenManagement), ResetIndex: done})
 	if err, _ := reset.(error); err != nil {
 		t.Fatalf("exp: bootstrap with the reset index accepted got: %v", err)
 	}

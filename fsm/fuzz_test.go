@@ -80,7 +80,7 @@ func fuzzSeeds() map[string][]byte {
 			{ID: "e1", Type: structs.EvalTypeVolumeClaimGC, VolumeID: "v3"}}}),
 		"eval-complete": enc(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{
 			EvalID: structs.DeriveEvalID(fuzzBaseIndex, "v3"), Status: structs.EvalStatusFailed, StatusDescription: "gone"}),
-		"acl-bootstrap": enc(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{Token: &structs.ACLToken{
+		"acl-bootstrap": enc(structs.ACLBootstrapRequestType, &structs.ACLBootstrapRequest{NewToken: &structs.ACLToken{
 			AccessorID: "t1", SecretID: "0123456789abcdef0123456789abcdef", Type: structs.ACLTokenManagement}}),
 		"acl-policy-upsert": enc(structs.ACLPolicyUpsertRequestType, &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{
 			{Name: "ops", Rules: `volume { policy = "read" }`}}}),

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // Config configures a server.
@@ -44,6 +45,15 @@ type Config struct {
 	// ClaimGCInterval is how often the claim GC runs (0 = 5 min).
 	ClaimGCInterval time.Duration
 
+	// TLS, when set, secures the port: incoming connections must be TLS
+	// (unless TLSAllowPlaintext) and outgoing ones are.
+	TLS *tlsutil.Configurator
+	// TLSAllowPlaintext is the migration mode: accept plaintext beside TLS,
+	// and fall back to plaintext towards a peer that does not speak TLS yet.
+	TLSAllowPlaintext bool
+	// ACLEnabled makes every endpoint check the caller's token.
+	ACLEnabled bool
+
 	Logger hclog.Logger
 	// Dialer is used for every outbound connection (nil = TCP). The test
 	// harness routes dials through partitionable links.
@@ -61,6 +71,9 @@ func (c *Config) validate() error {
 	}
 	if c.BootstrapExpect < 0 {
 		return errors.New("-bootstrap-expect must not be negative")
+	}
+	if c.TLSAllowPlaintext && c.TLS == nil {
+		return errors.New("-tls-allow-plaintext needs TLS (-tls-ca-file, -tls-cert-file, -tls-key-file)")
 	}
 	if c.BindAddr == "" && c.Listener == nil {
 		return errors.New("bind address is required (-bind)")

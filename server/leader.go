@@ -71,6 +71,7 @@ func (s *Server) leaderLoop(stopCh, done chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	s.ensureServerToken(stopCh)
 	s.setReadsReady(true)
 	s.setDuties(true)
 	s.logger.Info("leadership established")

@@ -36,7 +36,7 @@ func (s *Server) Leave(timeout time.Duration) error {
 			if addr != "" && string(addr) != s.addr {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var resp structs.GenericResponse
-				err := s.pool.RPC(ctx, string(addr), "Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: s.id}, &resp)
+				err := s.pool.RPC(ctx, string(addr), "Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: s.id, WriteRequest: structs.WriteRequest{AuthToken: s.serverToken()}}, &resp)
 				cancel()
 				if err == nil || errors.Is(err, structs.ErrNotFound) {
 					break

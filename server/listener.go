@@ -8,7 +8,15 @@ import (
 
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/tlsutil"
 )
+
+// maxOpening bounds the connections that are still opening (first byte,
+// TLS handshake) at once. Each holds a goroutine and a socket for at most
+// firstByteTimeout + rpc.HandshakeTimeout; past the bound a new connection
+// is closed at once, so a flood of silent or slow handshakes costs a fixed
+// amount of memory.
+const maxOpening = 256
 
 // firstByteTimeout bounds how long a new connection may stay silent before
 // naming its protocol, so idle half-open connections cannot pile up.
@@ -56,16 +64,18 @@ func (s *Server) untrack(c net.Conn) {
 }
 
 func (s *Server) handleConn(conn net.Conn) {
-	_ = conn.SetReadDeadline(time.Now().Add(firstByteTimeout))
-	var b [1]byte
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		conn.Close()
+	info, p, conn, ok := s.openConn(conn)
+	if !ok {
 		return
 	}
-	_ = conn.SetReadDeadline(time.Time{})
-
-	switch rpc.Protocol(b[0]) {
+	switch p {
 	case rpc.ProtoRaft:
+		// Only a server may speak Raft: with TLS its certificate must say
+		// so (a client certificate can never join Raft or act as a server).
+		if info.TLS && info.Role != tlsutil.RoleServer {
+			s.refuse(conn, "raft connection without a server certificate", "role", string(info.Role))
+			return
+		}
 		// Raft owns the connection from here.
 		s.stream.Handoff(conn)
 	case rpc.ProtoRPC:
@@ -73,21 +83,71 @@ func (s *Server) handleConn(conn net.Conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.newRPCServer(endpoints.ConnInfo{}).ServeCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes))
+		s.newRPCServer(info).ServeCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes))
 	case rpc.ProtoMux:
 		if !s.track(conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.serveMux(conn)
+		s.serveMux(conn, info)
 	default:
-		s.logger.Warn("unknown protocol byte; closing connection", "byte", b[0], "remote", conn.RemoteAddr())
-		conn.Close()
+		s.refuse(conn, "unknown protocol byte", "byte", byte(p))
 	}
 }
 
+// openConn reads the protocol byte and, for TLS, does the handshake and
+// reads the inner byte. It refuses plaintext when TLS is required. The
+// whole opening runs under openSlots: connections that never finish
+// opening cannot pile up past maxOpening, and each is closed after its
+// deadline.
+func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.Conn, bool) {
+	info := endpoints.ConnInfo{Remote: conn.RemoteAddr().String()}
+	select {
+	case s.openSlots <- struct{}{}:
+		defer func() { <-s.openSlots }()
+	default:
+		s.refuse(conn, "too many connections opening at once")
+		return info, 0, nil, false
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(firstByteTimeout))
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		conn.Close()
+		return info, 0, nil, false
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	p := rpc.Protocol(b[0])
+	if p != rpc.ProtoTLS {
+		if s.cfg.TLS != nil && !s.cfg.TLSAllowPlaintext {
+			s.security.PlaintextRefused.Add(1)
+			s.refuse(conn, "plaintext connection refused: TLS is required", "byte", b[0])
+			return info, 0, nil, false
+		}
+		return info, p, conn, true
+	}
+	if s.cfg.TLS == nil {
+		s.refuse(conn, "TLS connection refused: TLS is not configured on this server")
+		return info, 0, nil, false
+	}
+	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig())
+	if err != nil {
+		s.security.TLSHandshakeFails.Add(1)
+		s.refuse(conn, "TLS handshake failed", "error", err)
+		return info, 0, nil, false
+	}
+	info.TLS = true
+	info.Role = tlsutil.PeerRole(tc.ConnectionState(), s.cfg.TLS.Region())
+	return info, inner, tc, true
+}
+
+// refuse closes a connection with a warning that names the peer.
+func (s *Server) refuse(conn net.Conn, why string, kv ...any) {
+	s.logger.Warn("connection refused: "+why, append([]any{"remote", conn.RemoteAddr().String()}, kv...)...)
+	conn.Close()
+}
+
 // serveMux serves every stream of a yamux session with one rpc.Server.
-func (s *Server) serveMux(conn net.Conn) {
+func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
 	sess, err := rpc.NewYamuxServer(conn, s.logger)
 	if err != nil {
 		s.logger.Error("yamux session failed", "error", err)
@@ -98,7 +158,8 @@ func (s *Server) serveMux(conn net.Conn) {
 		s.nodes.Conns().RemoveSession(sess)
 		sess.Close()
 	}()
-	rs := s.newRPCServer(endpoints.ConnInfo{Session: sess})
+	info.Session = sess
+	rs := s.newRPCServer(info)
 	for {
 		stream, err := sess.AcceptStream()
 		if err != nil {

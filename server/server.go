@@ -20,6 +20,7 @@ import (
 	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/raftnode"
+	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/watcher"
 )
@@ -65,6 +66,11 @@ type Server struct {
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{}
+	// openSlots holds one token per connection still opening (listener.go).
+	openSlots chan struct{}
+
+	tokens   *endpoints.TokenResolver
+	security endpoints.SecurityCounters
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -110,7 +116,15 @@ func New(cfg Config) (*Server, error) {
 		leaderChanged: make(chan struct{}),
 		readsReady:    make(chan struct{}),
 		conns:         map[net.Conn]struct{}{},
+		openSlots:     make(chan struct{}, maxOpening),
+		tokens:        endpoints.NewTokenResolver(),
 		shutdownCh:    make(chan struct{}),
+	}
+	// Every outgoing connection (Raft, forwarding, node calls, joins) is
+	// TLS when TLS is on.
+	dial := cfg.Dialer
+	if cfg.TLS != nil {
+		dial = rpc.TLSDialer(cfg.Dialer, cfg.TLS.OutgoingConfig, cfg.TLSAllowPlaintext)
 	}
 	s.listener = cfg.Listener
 	if s.listener == nil {
@@ -130,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 
 	s.fsm = fsm.New(cfg.Logger.Named("fsm"))
 	s.observed = &observedFSM{FSM: s.fsm, beforeApply: cfg.BeforeApply}
-	s.stream = raftnode.NewStreamLayer(advertise, cfg.Dialer)
+	s.stream = raftnode.NewStreamLayer(advertise, dial)
 	s.raft, err = raftnode.New(raftnode.Config{
 		ID:                id,
 		DataDir:           cfg.DataDir,
@@ -147,9 +161,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.observed.running.Store(true)
-	s.pool = forward.NewPool(cfg.Dialer, s.logger)
+	s.pool = forward.NewPool(dial, s.logger)
 	s.fwd = forward.New(s.pool, s, s.shutdownCh)
-	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers)
+	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers, s.serverToken)
 	s.boot = newBootstrapper(s)
 	s.claims = newBatcher(s.commitClaims, s.shutdownCh)
 	s.checkpoints = newBatcher(s.commitCheckpoints, s.shutdownCh)
@@ -176,7 +190,8 @@ func New(cfg Config) (*Server, error) {
 	s.goFunc(func() { s.claims.run() })
 	s.goFunc(func() { s.checkpoints.run() })
 	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
-		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState())
+		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState(),
+		"tls", cfg.TLS != nil, "tls_allow_plaintext", cfg.TLSAllowPlaintext, "acl", cfg.ACLEnabled)
 	return s, nil
 }
 

@@ -144,7 +144,7 @@ func NewSecret() string {
 // accepts it once per cluster: again only when ResetIndex names the index
 // of the current bootstrap (the documented reset procedure).
 type ACLBootstrapRequest struct {
-	Token      *ACLToken
+	NewToken   *ACLToken
 	ResetIndex uint64
 	WriteRequest
 }

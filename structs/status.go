@@ -16,7 +16,13 @@ type ServerInfo struct {
 // HelloRequest is sent by a server to a join address to exchange identities.
 type HelloRequest struct {
 	From ServerInfo
+	// AuthToken is unused (a server certificate authenticates a hello);
+	// it makes the request Authenticated like every other.
+	AuthToken string
 }
+
+func (h *HelloRequest) Token() string     { return h.AuthToken }
+func (h *HelloRequest) SetToken(t string) { h.AuthToken = t }
 
 // HelloResponse tells the caller who the receiver is and whom it knows.
 type HelloResponse struct {

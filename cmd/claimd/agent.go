@@ -18,6 +18,7 @@ import (
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/server"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 type agentFlags struct {
@@ -43,6 +44,10 @@ type agentFlags struct {
 	backoffMax      time.Duration
 	probeInterval   time.Duration
 	debugAddr       string
+	tls             tlsutil.Config
+	tlsAllowPlain   bool
+	aclEnabled      bool
+	aclToken        string
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -84,6 +89,14 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", 5*time.Second, "client: how often CSI plugins are health-probed")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
+	fs.StringVar(&f.tls.CAFile, "tls-ca-file", "", "CA certificate (PEM); with -tls-cert-file and -tls-key-file turns mutual TLS on")
+	fs.StringVar(&f.tls.CertFile, "tls-cert-file", "", "this agent's certificate (PEM): server.<region>.claimd or client.<region>.claimd")
+	fs.StringVar(&f.tls.KeyFile, "tls-key-file", "", "the key of -tls-cert-file (PEM)")
+	fs.BoolVar(&f.tls.VerifyServerHostname, "tls-verify-server-hostname", true, "require servers' certificates to name server.<region>.claimd")
+	fs.StringVar(&f.tls.Region, "region", tlsutil.DefaultRegion, "region named in certificates")
+	fs.BoolVar(&f.tlsAllowPlain, "tls-allow-plaintext", false, "migration mode: accept plaintext beside TLS while a cluster is switched (never leave it on)")
+	fs.BoolVar(&f.aclEnabled, "acl-enabled", false, "server: check ACL tokens on every call")
+	fs.StringVar(&f.aclToken, "acl-token", "", "client: a token that grants node:write, to register a new node when ACLs are on without TLS (default $CLAIMD_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -134,10 +147,19 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		stops = append(stops, stop)
 	}
+	var tlsConf *tlsutil.Configurator
+	if f.tls.Enabled() {
+		var err error
+		if tlsConf, err = tlsutil.NewConfigurator(f.tls); err != nil {
+			return fail(stderr, "%v", err)
+		}
+	} else if f.tlsAllowPlain {
+		return fail(stderr, "-tls-allow-plaintext needs -tls-ca-file, -tls-cert-file and -tls-key-file")
+	}
 	var srv *server.Server
 	if f.server {
 		var err error
-		if srv, err = startServer(f, logger); err != nil {
+		if srv, err = startServer(f, tlsConf, logger); err != nil {
 			return fail(stderr, "start server: %v", err)
 		}
 		stops = append(stops, func() {
@@ -164,7 +186,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		agent, err := client.New(client.Config{
 			Servers: servers, DataDir: dataDir, NodeName: f.nodeName, Plugins: f.plugins, Logger: logger,
-			ProbeInterval: f.probeInterval,
+			ProbeInterval: f.probeInterval, TLS: tlsConf, TLSAllowPlaintext: f.tlsAllowPlain,
+			RegisterToken: api.TokenFromEnv(f.aclToken),
 		})
 		if err != nil {
 			return fail(stderr, "start client: %v", err)
@@ -174,13 +197,33 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 
 	sigCh := make(chan os.Signal, 1)
-	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	sig := <-sigCh
-	logger.Info("caught signal; stopping", "signal", sig.String())
+	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	for sig := range sigCh {
+		if sig != syscall.SIGHUP {
+			logger.Info("caught signal; stopping", "signal", sig.String())
+			break
+		}
+		reloadOnHUP(tlsConf, logger)
+	}
 	return 0
 }
 
-func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
+// reloadOnHUP re-reads what can change without a restart: the TLS
+// certificate, key and CA. Existing connections (Raft among them) keep
+// going; new ones use the new files.
+func reloadOnHUP(tlsConf *tlsutil.Configurator, logger hclog.Logger) {
+	if tlsConf == nil {
+		logger.Info("SIGHUP: nothing to reload (TLS is off)")
+		return
+	}
+	if err := tlsConf.Reload(); err != nil {
+		logger.Error("SIGHUP: TLS reload failed; keeping the old certificate", "error", err)
+		return
+	}
+	logger.Info("SIGHUP: reloaded TLS certificate, key and CA", "serial", tlsConf.Certificate().SerialNumber.String())
+}
+
+func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*server.Server, error) {
 	cfg := server.Config{
 		NodeName:           f.nodeName,
 		DataDir:            f.dataDir,
@@ -194,6 +237,9 @@ func startServer(f agentFlags, logger hclog.Logger) (*server.Server, error) {
 		ReleaseWorkers:     f.releaseWorkers,
 		ReleaseBackoffBase: f.backoffBase,
 		ReleaseBackoffMax:  f.backoffMax,
+		TLS:                tlsConf,
+		TLSAllowPlaintext:  f.tlsAllowPlain,
+		ACLEnabled:         f.aclEnabled,
 		Logger:             logger,
 	}
 	return server.New(cfg)
