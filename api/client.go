@@ -38,6 +38,9 @@ type Config struct {
 	// Token is the ACL token's secret sent with every call that does not
 	// carry one of its own.
 	Token string
+	// TokenFunc, when set and Token is empty, is asked for the token at
+	// each call (a token that is made or rotated after the client).
+	TokenFunc func() string
 	// TLS, when set, makes every connection TLS (tlsutil.ClientConfigFromFiles
 	// builds it from -ca-cert, -client-cert and -client-key).
 	TLS *tls.Config
@@ -147,8 +150,12 @@ func (c *Client) dropSession(conn *rpc.MuxClient) {
 // on the next server; others return their error, testable with errors.Is
 // against the structs.Err* sentinels.
 func (c *Client) Call(ctx context.Context, method string, args, reply any) error {
-	if a, ok := args.(structs.Authenticated); ok && a.Token() == "" && c.cfg.Token != "" {
-		a.SetToken(c.cfg.Token)
+	if a, ok := args.(structs.Authenticated); ok && a.Token() == "" {
+		token := c.cfg.Token
+		if token == "" && c.cfg.TokenFunc != nil {
+			token = c.cfg.TokenFunc()
+		}
+		a.SetToken(token)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		timeout := c.cfg.Timeout

@@ -47,8 +47,10 @@ func TestClaimEndpoints_ThroughFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Each claim authenticates as its node, as a client agent does.
 	claim := func(alloc, node string) (*structs.VolumeClaimResponse, error) {
-		return cl.Claim(ctx, &structs.VolumeClaimRequest{VolumeID: "vol", AllocID: alloc, NodeID: node, Mode: structs.ClaimModeWrite})
+		return cl.Claim(ctx, &structs.VolumeClaimRequest{VolumeID: "vol", AllocID: alloc, NodeID: node, Mode: structs.ClaimModeWrite,
+			WriteRequest: structs.WriteRequest{AuthToken: "secret-" + node}})
 	}
 	resp, err := claim("a1", "n1")
 	if err != nil || !resp.New || resp.Claim.State != structs.ClaimStateTaken {
@@ -56,6 +58,11 @@ func TestClaimEndpoints_ThroughFollower(t *testing.T) {
 	}
 	if resp.Volume == nil || resp.Volume.Secrets["token"] != "s3cret" {
 		t.Fatalf("claim answer exp: the volume with its secrets for the node got: %+v", resp.Volume)
+	}
+	// The same claim asked without the node's secret: no secrets.
+	resp, err = cl.Claim(ctx, &structs.VolumeClaimRequest{VolumeID: "vol", AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite})
+	if err != nil || resp.Volume == nil || len(resp.Volume.Secrets) != 0 {
+		t.Fatalf("claim answer without the node secret exp: volume without secrets got: %+v %v", resp.Volume, err)
 	}
 	if resp.Claim.ExternalNodeID != "ext-n1" {
 		t.Fatalf("claim external node ID exp: ext-n1 got: %q", resp.Claim.ExternalNodeID)

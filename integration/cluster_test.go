@@ -114,7 +114,9 @@ func TestBootstrapExpect_LoneServerNeverElectsItself(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	noRetry, err := api.NewClient(api.Config{Addresses: []string{lone.Addr}, RetryNoLeaderFor: -1})
+	cfg := c.APIConfig(lone.Addr, "")
+	cfg.RetryNoLeaderFor = -1
+	noRetry, err := api.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -277,20 +277,21 @@ func (c *Configurator) verifyServer(cs tls.ConnectionState) error {
 }
 
 // ClientConfigFromFiles builds an outgoing config for the CLI and api
-// package: caFile is required; certFile and keyFile are optional but go
-// together. The server must carry Name(RoleServer, region). The CLI is
+// package: caFile (-ca-cert) is required; certFile and keyFile (-client-cert,
+// -client-key) are optional but go together. The server must carry Name(RoleServer, region). The CLI is
 // short-lived, so this config is a plain snapshot with no reloading.
 func ClientConfigFromFiles(caFile, certFile, keyFile, region string) (*tls.Config, error) {
 	if err := validRegion(region); err != nil {
 		return nil, err
 	}
 	if caFile == "" {
-		return nil, errors.New("tls: a CA file is required to verify the server")
+		return nil, errors.New("tls: -ca-cert is required to verify the server")
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("tls: -client-cert and -client-key go together: set both or neither")
 	}
-	pool, err := loadPool("ca-file", caFile)
+	ca := namedFile{"ca-cert", caFile}
+	pool, err := loadPool(ca)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func ClientConfigFromFiles(caFile, certFile, keyFile, region string) (*tls.Confi
 		ServerName: Name(RoleServer, regionOrDefault(region)),
 	}
 	if certFile != "" {
-		cert, err := loadKeyPair("client-cert", certFile, "client-key", keyFile, pool)
+		cert, err := loadKeyPair(namedFile{"client-cert", certFile}, namedFile{"client-key", keyFile}, ca, pool)
 		if err != nil {
 			return nil, err
 		}
@@ -311,28 +312,35 @@ func ClientConfigFromFiles(caFile, certFile, keyFile, region string) (*tls.Confi
 
 // load reads and checks one complete set of an agent's files.
 func load(c Config) (*loaded, error) {
-	pool, err := loadPool("tls-ca-file", c.CAFile)
+	ca := namedFile{"tls-ca-file", c.CAFile}
+	pool, err := loadPool(ca)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := loadKeyPair("tls-cert-file", c.CertFile, "tls-key-file", c.KeyFile, pool)
+	cert, err := loadKeyPair(namedFile{"tls-cert-file", c.CertFile}, namedFile{"tls-key-file", c.KeyFile}, ca, pool)
 	if err != nil {
 		return nil, err
 	}
 	return &loaded{pool: pool, cert: cert}, nil
 }
 
+// namedFile is a file and the flag that named it, so that every error says
+// which setting to fix: "tls-cert-file /etc/claimd/server.pem: ...".
+type namedFile struct{ flag, path string }
+
+func (f namedFile) String() string { return f.flag + " " + f.path }
+
 // loadPool reads every CA certificate in a PEM file. Several are allowed so
 // that a CA can be rotated: trust old and new, reissue, then drop the old.
-func loadPool(label, file string) (*x509.CertPool, error) {
-	certs, err := readCerts(label, file)
+func loadPool(f namedFile) (*x509.CertPool, error) {
+	certs, err := readCerts(f)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	for _, c := range certs {
 		if !c.IsCA {
-			return nil, fmt.Errorf("%s %s: certificate %q is not a CA", label, file, c.Subject.CommonName)
+			return nil, fmt.Errorf("%s: certificate %q is not a CA", f, c.Subject.CommonName)
 		}
 		pool.AddCert(c)
 	}
@@ -343,19 +351,19 @@ func loadPool(label, file string) (*x509.CertPool, error) {
 // match and that the certificate chains to pool now: a wrong or expired
 // certificate is reported at start-up or Reload, naming the file, instead of
 // as a peer's handshake failure later.
-func loadKeyPair(certLabel, certFile, keyLabel, keyFile string, pool *x509.CertPool) (*tls.Certificate, error) {
-	chain, err := readCerts(certLabel, certFile)
+func loadKeyPair(certFile, keyFile, caFile namedFile, pool *x509.CertPool) (*tls.Certificate, error) {
+	chain, err := readCerts(certFile)
 	if err != nil {
 		return nil, err
 	}
-	key, err := readKey(keyLabel, keyFile)
+	key, err := readKey(keyFile)
 	if err != nil {
 		return nil, err
 	}
 	leaf := chain[0]
 	pub, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !pub.Equal(key.Public()) {
-		return nil, fmt.Errorf("%s %s: key does not match certificate %s", keyLabel, keyFile, certFile)
+		return nil, fmt.Errorf("%s: key does not match certificate %s", keyFile, certFile.path)
 	}
 	opts := x509.VerifyOptions{
 		Roots:         pool,
@@ -366,7 +374,7 @@ func loadKeyPair(certLabel, certFile, keyLabel, keyFile string, pool *x509.CertP
 		opts.Intermediates.AddCert(ic)
 	}
 	if _, err := leaf.Verify(opts); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", certLabel, certFile, err)
+		return nil, fmt.Errorf("%s: checked against %s: %w", certFile, caFile, err)
 	}
 	cert := &tls.Certificate{PrivateKey: key, Leaf: leaf}
 	for _, c := range chain {
@@ -376,10 +384,10 @@ func loadKeyPair(certLabel, certFile, keyLabel, keyFile string, pool *x509.CertP
 }
 
 // readCerts parses every CERTIFICATE block of a PEM file, at least one.
-func readCerts(label, file string) ([]*x509.Certificate, error) {
-	data, err := os.ReadFile(file)
+func readCerts(f namedFile) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(f.path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
+		return nil, fmt.Errorf("%s: %w", f.flag, err) // the error names the path
 	}
 	var certs []*x509.Certificate
 	sawKey := false
@@ -398,16 +406,16 @@ func readCerts(label, file string) ([]*x509.Certificate, error) {
 		}
 		c, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: certificate %d: %w", label, file, len(certs)+1, err)
+			return nil, fmt.Errorf("%s: certificate %d: %w", f, len(certs)+1, err)
 		}
 		certs = append(certs, c)
 	}
 	if len(certs) == 0 {
 		if sawKey {
 			// Say so without echoing the block: the file holds a key.
-			return nil, fmt.Errorf("%s %s: no certificate found (the file holds a private key; are the cert and key files swapped?)", label, file)
+			return nil, fmt.Errorf("%s: no certificate found (the file holds a private key; are the cert and key files swapped?)", f)
 		}
-		return nil, fmt.Errorf("%s %s: no certificate found", label, file)
+		return nil, fmt.Errorf("%s: no certificate found", f)
 	}
 	return certs, nil
 }
@@ -415,10 +423,10 @@ func readCerts(label, file string) ([]*x509.Certificate, error) {
 // readKey parses the first private key block of a PEM file: PKCS#8, SEC 1
 // (EC) or PKCS#1 (RSA). Parse errors are not wrapped: their text could
 // describe the key's bytes, and the file name is what the operator needs.
-func readKey(label, file string) (crypto.Signer, error) {
-	data, err := os.ReadFile(file)
+func readKey(f namedFile) (crypto.Signer, error) {
+	data, err := os.ReadFile(f.path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
+		return nil, fmt.Errorf("%s: %w", f.flag, err)
 	}
 	sawCert := false
 	for rest := data; ; {
@@ -437,12 +445,12 @@ func readKey(label, file string) (crypto.Signer, error) {
 		if k, ok := parseKey(b); ok {
 			return k, nil
 		}
-		return nil, fmt.Errorf("%s %s: cannot parse the private key (PKCS#8, EC or RSA PEM expected, unencrypted)", label, file)
+		return nil, fmt.Errorf("%s: cannot parse the private key (PKCS#8, EC or RSA PEM expected, unencrypted)", f)
 	}
 	if sawCert {
-		return nil, fmt.Errorf("%s %s: no private key found (the file holds a certificate; are the cert and key files swapped?)", label, file)
+		return nil, fmt.Errorf("%s: no private key found (the file holds a certificate; are the cert and key files swapped?)", f)
 	}
-	return nil, fmt.Errorf("%s %s: no private key found", label, file)
+	return nil, fmt.Errorf("%s: no private key found", f)
 }
 
 func parseKey(b *pem.Block) (crypto.Signer, bool) {

@@ -66,14 +66,14 @@ func GenerateCA(days int) (*CA, error) {
 // LoadCA reads a CA certificate and its ECDSA key, as written by
 // `claimd tls ca create`.
 func LoadCA(certFile, keyFile string) (*CA, error) {
-	certs, err := readCerts("ca", certFile)
+	certs, err := readCerts(namedFile{"ca", certFile})
 	if err != nil {
 		return nil, err
 	}
 	if !certs[0].IsCA {
 		return nil, fmt.Errorf("ca %s: certificate %q is not a CA", certFile, certs[0].Subject.CommonName)
 	}
-	signer, err := readKey("ca-key", keyFile)
+	signer, err := readKey(namedFile{"ca-key", keyFile})
 	if err != nil {
 		return nil, err
 	}

@@ -148,9 +148,20 @@ func rawServerConfig(cert tls.Certificate) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert}
 }
 
-// rawClientConfig presents cert (if any) and trusts any server.
-func rawClientConfig(certs ...tls.Certificate) *tls.Config {
-	return &tls.Config{Certificates: certs, InsecureSkipVerify: true}
+// rawClientConfig trusts any server and presents cert, if given, even when
+// the server's list of acceptable CAs does not name its issuer (a client
+// choosing from Certificates would send nothing, and the test would check
+// the wrong refusal).
+func rawClientConfig(cert ...tls.Certificate) *tls.Config {
+	return &tls.Config{
+		InsecureSkipVerify: true,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if len(cert) == 0 {
+				return &tls.Certificate{}, nil
+			}
+			return &cert[0], nil
+		},
+	}
 }
 
 // testServer accepts TLS connections on loopback and echoes what it reads.

@@ -104,7 +104,10 @@ func NewInProcess(t *testing.T, opts InProcessOptions) Cluster {
 	// Registered first, so it runs last: everything has stopped logging.
 	t.Cleanup(ip.closeLogs)
 
-	ip.hc = harness.NewCluster(t, 3, harness.Options{Configure: ip.configureServer})
+	ip.hc = harness.NewCluster(t, 3, harness.Options{Configure: ip.configureServer,
+		// The in-process suite covers the plaintext path; the netns suite
+		// runs with TLS and ACLs on.
+		Insecure: true})
 	for _, s := range ip.hc.Servers {
 		ip.serverAddrs = append(ip.serverAddrs, s.Addr)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // TestPlugin is an in-process hostdir CSI plugin on a real unix socket,
@@ -160,11 +161,18 @@ func (tc *TestClient) Start() {
 	if tc.a != nil {
 		return
 	}
-	a, err := client.New(client.Config{
+	cfg := client.Config{
 		Servers: tc.servers, DataDir: tc.DataDir, NodeName: tc.Name, Plugins: tc.plugins,
 		ProbeInterval: 200 * time.Millisecond, Logger: testLogger(tc.c.t, "client-"+tc.Name),
 		Dialer: tc.c.Net.Dialer(tc.Name),
-	})
+	}
+	if pki := tc.c.PKI(); pki != nil {
+		cfg.TLS = pki.Configurator(tc.c.t, tlsutil.RoleClient)
+	} else if !tc.c.opts.Insecure {
+		// Without TLS a new node registers with a node:write token.
+		cfg.RegisterToken = tc.c.ManagementToken()
+	}
+	a, err := client.New(cfg)
 	if err != nil {
 		tc.c.t.Fatalf("client %s: %v", tc.Name, err)
 	}

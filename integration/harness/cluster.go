@@ -17,6 +17,7 @@ import (
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/server"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // TestMultiplier scales Raft timeouts in tests: elections in well under a
@@ -34,6 +35,12 @@ type Options struct {
 	BootstrapExpect int
 	// Configure is applied to every server's config last.
 	Configure func(*server.Config)
+	// Insecure turns TLS and ACLs off, for tests of the plaintext path.
+	// By default a cluster runs as production should: mutual TLS (a test
+	// PKI made by NewPKI, client agents with client certificates, api
+	// clients with a cli certificate) and ACLs, with the management token
+	// bootstrapped on first use (ManagementToken, and every Client()).
+	Insecure bool
 }
 
 // Cluster is a set of in-process servers on loopback.
@@ -42,6 +49,7 @@ type Cluster struct {
 	opts    Options
 	Net     *Network
 	Servers []*TestServer
+	sec     security
 }
 
 // TestServer is one server slot: its name, address and data dir survive
@@ -64,6 +72,9 @@ func NewCluster(t testing.TB, n int, opts Options) *Cluster {
 		opts.BootstrapExpect = n
 	}
 	c := &Cluster{t: t, opts: opts, Net: NewNetwork()}
+	if !opts.Insecure {
+		c.sec.pki = NewPKI(t)
+	}
 	base := t.TempDir()
 	for i := 0; i < n; i++ {
 		c.addSlot(fmt.Sprintf("s%d", i+1), base)
@@ -186,6 +197,10 @@ func (s *TestServer) Start() {
 		HeartbeatTTL:       2 * time.Second,
 		ReleaseBackoffBase: 100 * time.Millisecond,
 		ReleaseBackoffMax:  time.Second,
+		ACLEnabled:         !c.opts.Insecure,
+	}
+	if c.sec.pki != nil {
+		cfg.TLS = c.sec.pki.Configurator(c.t, tlsutil.RoleServer)
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
@@ -222,14 +237,12 @@ func (s *TestServer) Server() *server.Server {
 // Running reports whether the server is up.
 func (s *TestServer) Running() bool { return s.Server() != nil }
 
-// Client returns an API client connected to this server only.
+// Client returns an API client connected to this server only, with the
+// cluster's TLS settings and (when ACLs are on) the management token.
 func (s *TestServer) Client() *api.Client {
-	c, err := api.NewClient(api.Config{Addresses: []string{s.Addr}, Timeout: 30 * time.Second})
-	if err != nil {
-		s.c.t.Fatalf("client: %v", err)
-	}
-	s.c.t.Cleanup(func() { c.Close() })
-	return c
+	cfg := s.c.APIConfig(s.Addr, "")
+	cfg.TokenFunc = s.c.lazyManagementToken
+	return s.newClient(cfg)
 }
 
 // IsLeader reports whether this running server leads.
