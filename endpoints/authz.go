@@ -255,3 +255,27 @@ func (c *caller) allowNode(a *authz, method, nodeID string) error {
 	}
 	return a.deny(method, fmt.Sprintf("the token does not grant %s:%s and is not node %q's secret", c.need.res, c.need.cap, nodeID))
 }
+
+// AccessRule describes what one method needs, for the authorization
+// matrix test and for docs.
+type AccessRule struct {
+	// Kind is "capability", "open", "server", "server-cert", "management",
+	// "any-token" or "bootstrap".
+	Kind       string
+	Resource   acl.Resource
+	Capability acl.Capability
+	// Node: a client agent may call it with its node secret, for its own
+	// node.
+	Node bool
+}
+
+// AccessRules returns the access table by method name ("Volume.Claim").
+func AccessRules() map[string]AccessRule {
+	names := map[accessKind]string{needCapability: "capability", open: "open", serverOnly: "server",
+		serverCertKind: "server-cert", management: "management", anyToken: "any-token", bootstrap: "bootstrap"}
+	out := make(map[string]AccessRule, len(methodAccess))
+	for m, a := range methodAccess {
+		out[m] = AccessRule{Kind: names[a.kind], Resource: a.res, Capability: a.cap, Node: a.node}
+	}
+	return out
+}

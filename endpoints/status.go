@@ -109,6 +109,8 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc}
+	sec := s.srv.Security()
+	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
+		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load()}
 	return nil
 }

@@ -79,4 +79,10 @@ type StateDigest struct {
 type RuntimeStats struct {
 	Goroutines int
 	HeapBytes  uint64
+	// Security counters since the server started: calls refused by ACLs,
+	// failed TLS handshakes, plaintext connections refused because TLS is
+	// required.
+	ACLDenied         uint64
+	TLSHandshakeFails uint64
+	PlaintextRefused  uint64
 }
