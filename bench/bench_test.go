@@ -18,8 +18,26 @@ import (
 // calls counted, no unexpected errors, contended safety held, every
 // released claim freed, and nothing left registered afterwards. It checks
 // no figure: timing belongs to `claimd bench` on a quiet machine.
+//
+// The cluster runs as production should (mutual TLS, ACLs), and the tool
+// has a cli certificate and a token that grants everything it does itself
+// but volume:claim and node:write beyond registering: every claim and
+// release then succeeds only because the callers authenticate as the
+// simulated node with its secret, as its agent would, and a new node
+// registers only with the token (a cli certificate does not admit one).
 func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
-	addrs := mustNewCluster(t)
+	c, addrs := mustNewCluster(t, harness.Options{})
+	base := benchConfig(t, c, mustBenchToken(t, c, addrs[0]))
+	defer mustSeeNoDenial(t, c, addrs)
+	mustRun := func(t *testing.T, cfg bench.Config) []*bench.Result {
+		t.Helper()
+		cfg.Token, cfg.TLS = base.Token, base.TLS
+		return mustRun(t, cfg)
+	}
+	mustBeCleanedUp := func(t *testing.T, _ []string) {
+		t.Helper()
+		mustBeCleanedUp(t, c, addrs)
+	}
 
 	t.Run("claim", func(t *testing.T) {
 		rs := mustRun(t, bench.Config{
@@ -124,18 +142,109 @@ func TestWriteMarkdown_OneTablePerMode(t *testing.T) {
 	}
 }
 
+// TestBench_Plaintext runs a short claim run against a cluster without TLS
+// and ACLs, the other half of scripts/bench.sh's security comparison: the
+// callers still send the node's secret, which the servers then need not
+// check.
+func TestBench_Plaintext(t *testing.T) {
+	c, addrs := mustNewCluster(t, harness.Options{Insecure: true})
+	rs := mustRun(t, bench.Config{
+		Addresses: addrs, Mode: bench.ModeClaim, Callers: []int{4}, Volumes: 2000,
+		Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
+	})
+	if r := rs[0]; r.Claims == 0 || r.Releases == 0 || len(r.Errors) != 0 || !r.Drained {
+		t.Errorf("exp: claims and releases, no errors, every claim freed got: %d claims, %d releases, errors %v, drained %t",
+			r.Claims, r.Releases, r.Errors, r.Drained)
+	}
+	mustBeCleanedUp(t, c, addrs)
+}
+
 // mustNewCluster starts three in-process servers on loopback and waits
 // for a leader every server knows.
-func mustNewCluster(t *testing.T) []string {
+func mustNewCluster(t *testing.T, opts harness.Options) (*harness.Cluster, []string) {
 	t.Helper()
-	c := harness.NewCluster(t, 3, harness.Options{})
+	c := harness.NewCluster(t, 3, opts)
 	c.StartAll()
 	c.WaitForLeader(30 * time.Second)
 	var addrs []string
 	for _, s := range c.Servers {
 		addrs = append(addrs, s.Addr)
 	}
-	return addrs
+	return c, addrs
+}
+
+// benchPolicy grants what the tool does with its own token, and not
+// volume:claim: claims must be made with the simulated node's secret.
+const benchPolicy = `
+volume {
+  policy       = "read"
+  capabilities = ["register", "deregister"]
+}
+alloc {
+  capabilities = ["place", "stop"]
+}
+node {
+  policy = "write"
+}
+`
+
+// mustBenchToken creates a client token with benchPolicy.
+func mustBenchToken(t *testing.T, c *harness.Cluster, addr string) string {
+	t.Helper()
+	cl := mustClient(t, c, addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.ACLPolicyApply(ctx, "bench", "claimd bench without volume:claim", benchPolicy); err != nil {
+		t.Fatalf("exp: policy applied got: %v", err)
+	}
+	tok, err := cl.ACLTokenCreate(ctx, "bench", structs.ACLTokenClient, []string{"bench"}, 0)
+	if err != nil {
+		t.Fatalf("exp: token created got: %v", err)
+	}
+	return tok.SecretID
+}
+
+// benchConfig is the tool's token and TLS for c (the cli certificate, as
+// `claimd bench -ca-cert -client-cert -client-key` would use).
+func benchConfig(t *testing.T, c *harness.Cluster, token string) bench.Config {
+	t.Helper()
+	ac := c.APIConfig(c.Servers[0].Addr, token)
+	if ac.TLS == nil {
+		t.Fatal("exp: a TLS cluster got: plaintext")
+	}
+	return bench.Config{Token: ac.Token, TLS: ac.TLS}
+}
+
+// mustClient is an api client to addr with the management token (and the
+// cli certificate when TLS is on).
+func mustClient(t *testing.T, c *harness.Cluster, addrs ...string) *api.Client {
+	t.Helper()
+	cfg := c.APIConfig(addrs[0], c.ManagementToken())
+	cfg.Addresses = addrs
+	cl, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// mustSeeNoDenial checks that no server refused a call: the tool sent the
+// credential every call needs.
+func mustSeeNoDenial(t *testing.T, c *harness.Cluster, addrs []string) {
+	t.Helper()
+	for _, a := range addrs {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		rt, err := mustClient(t, c, a).Runtime(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: runtime: %v", a, err)
+		}
+		if rt.ACLDenied != 0 || rt.TLSHandshakeFails != 0 || rt.PlaintextRefused != 0 {
+			t.Errorf("%s: exp: no call refused got: %d ACL denials, %d failed handshakes, %d plaintext connections refused",
+				a, rt.ACLDenied, rt.TLSHandshakeFails, rt.PlaintextRefused)
+		}
+	}
 }
 
 // mustRun runs one invocation and returns its results.
@@ -166,13 +275,9 @@ func mustRun(t *testing.T, cfg bench.Config) []*bench.Result {
 
 // mustBeCleanedUp checks that a finished invocation left no volume of the
 // bench plugin and no node behind.
-func mustBeCleanedUp(t *testing.T, addrs []string) {
+func mustBeCleanedUp(t *testing.T, hc *harness.Cluster, addrs []string) {
 	t.Helper()
-	c, err := api.NewClient(api.Config{Addresses: addrs, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := mustClient(t, hc, addrs...)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	vols, _, err := c.Volumes(ctx, bench.PluginID, structs.QueryOptions{})

@@ -40,7 +40,9 @@ func (r *runner) claimRuns(ctx context.Context, emit func(*Result)) error {
 // claimRun runs the callers on pairs first, first+1, … (modulo the pool),
 // at most avail of them, and returns how many it used.
 func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *Result) (int, error) {
-	clients, err := r.c.callerClients(ctx, res.Address, res.Callers)
+	// The callers claim for the simulated node, with its secret, as its
+	// agent would: the servers check the node's identity on every call.
+	clients, err := r.c.callerClients(ctx, res.Address, res.Callers, r.node.secret)
 	if err != nil {
 		return 0, err
 	}

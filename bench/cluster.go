@@ -25,7 +25,7 @@ type cluster struct {
 // discover waits for a leader (up to the call timeout) and learns every
 // voter's address from Status.Peers.
 func discover(ctx context.Context, cfg *Config) (*cluster, error) {
-	admin, err := api.NewClient(api.Config{Addresses: cfg.Addresses, Timeout: cfg.CallTimeout, Logger: cfg.Logger})
+	admin, err := api.NewClient(cfg.apiConfig(cfg.Addresses, cfg.Token))
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +101,19 @@ func (c *cluster) resolve(ctx context.Context, target string) (addr, leader stri
 	return target, leader, nil
 }
 
-// callerClients opens n clients to addr, each with its own session, and
-// makes one call on each so that no dial lands in the measured latency.
-func (c *cluster) callerClients(ctx context.Context, addr string, n int) ([]*api.Client, error) {
+// apiConfig is an api client configuration for addrs sending token, with
+// the run's TLS.
+func (cfg *Config) apiConfig(addrs []string, token string) api.Config {
+	return api.Config{Addresses: addrs, Timeout: cfg.CallTimeout, Logger: cfg.Logger, Token: token, TLS: cfg.TLS}
+}
+
+// callerClients opens n clients to addr, each with its own session (a TLS
+// connection when TLS is on), that send token with every call, and makes
+// one call on each so that no dial lands in the measured latency.
+func (c *cluster) callerClients(ctx context.Context, addr string, n int, token string) ([]*api.Client, error) {
 	out := make([]*api.Client, 0, n)
 	for range n {
-		cl, err := api.NewClient(api.Config{Addresses: []string{addr}, Timeout: c.cfg.CallTimeout, Logger: c.cfg.Logger})
+		cl, err := api.NewClient(c.cfg.apiConfig([]string{addr}, token))
 		if err != nil {
 			closeAll(out)
 			return nil, err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"time"
@@ -95,6 +96,17 @@ type Config struct {
 	// Prefix starts every ID the run creates (default "bench-" and 8 random
 	// hex digits).
 	Prefix string
+	// Token is the ACL token's secret of the tool's own setup and reads
+	// (registering volumes, placing and stopping allocs, listing evals,
+	// the cleanup) and of the simulated node's first registration, as a
+	// client agent's -acl-token. Empty when the cluster runs without ACLs.
+	// Claims never use it: callers claim with the simulated node's secret,
+	// as the node's agent would.
+	Token string
+	// TLS, when set, makes every connection mutual TLS: the tool's, the
+	// callers' and the simulated node's session (tlsutil.ClientConfigFromFiles
+	// builds it from -ca-cert, -client-cert and -client-key).
+	TLS *tls.Config
 	// Progress receives one line per setup step (nil = discard).
 	Progress io.Writer
 	Logger   hclog.Logger

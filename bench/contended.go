@@ -75,7 +75,8 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 	if err := r.c.placeAllocs(ctx, first); err != nil {
 		return err
 	}
-	clients, err := r.c.callerClients(ctx, res.Address, res.Callers)
+	// Callers claim with the simulated node's secret, as its agent would.
+	clients, err := r.c.callerClients(ctx, res.Address, res.Callers, r.node.secret)
 	if err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 					c.holds[v] = append(c.holds[v], hold{alloc: alloc, from: from, till: till})
 				}
 				c.gen[v]++
-				if _, perr := cl.PlaceAllocs(ctx, allocFor(i, v, c.gen[v])); perr != nil {
+				if perr := r.c.placeOn(ctx, cl, allocFor(i, v, c.gen[v])); perr != nil {
 					c.placed = fmt.Errorf("place a fresh alloc: %w", perr)
 					return
 				}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	netrpc "net/rpc"
@@ -20,12 +21,23 @@ import (
 // heartbeats within the servers' TTL, and answers the node detaches the
 // servers send down its session with success at once. It is not an agent:
 // it mounts nothing, and it must never run beside real workloads.
+//
+// It authenticates as a client agent does (client/session.go): every call
+// carries the node's secret as its AuthToken, except the first
+// registration, which carries the run's token when there is one (a new
+// node needs a client certificate or a node:write token, the agent's
+// -acl-token); its session is TLS when the run's is.
 type simNode struct {
 	id      string
 	secret  string
 	servers []string
 	logger  hclog.Logger
 	timeout time.Duration
+	dial    rpc.Dialer
+	// registerToken is sent with Node.Register until the node is known to
+	// the servers (registered), then its secret is.
+	registerToken string
+	registered    atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -41,9 +53,14 @@ type simNode struct {
 
 // startNode connects to the first reachable server, registers the node and
 // starts heartbeating. Close stops it.
-func startNode(ctx context.Context, id string, servers []string, timeout time.Duration, logger hclog.Logger) (*simNode, error) {
+func startNode(ctx context.Context, id string, servers []string, cfg *Config) (*simNode, error) {
 	n := &simNode{
-		id: id, secret: randomHex(16), servers: servers, logger: logger.Named("simnode"), timeout: timeout,
+		id: id, secret: randomHex(16), servers: servers, logger: cfg.Logger.Named("simnode"), timeout: cfg.CallTimeout,
+		registerToken: cfg.Token,
+	}
+	if cfg.TLS != nil {
+		tlsCfg := cfg.TLS
+		n.dial = rpc.TLSDialer(nil, func() *tls.Config { return tlsCfg }, false)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	ttl, err := n.register(ctx)
@@ -69,10 +86,15 @@ func (n *simNode) node() *structs.Node {
 // register (re-)registers the node on the current session; the server it
 // lands on binds the session, so the servers can call the node back.
 func (n *simNode) register(ctx context.Context) (time.Duration, error) {
+	req := &structs.NodeRegisterRequest{Node: n.node()}
+	if !n.registered.Load() {
+		req.AuthToken = n.registerToken
+	}
 	var resp structs.NodeUpdateResponse
-	if err := n.call(ctx, "Node.Register", &structs.NodeRegisterRequest{Node: n.node()}, &resp); err != nil {
+	if err := n.call(ctx, "Node.Register", req, &resp); err != nil {
 		return 0, fmt.Errorf("register node %s: %w", n.id, err)
 	}
+	n.registered.Store(true)
 	return resp.HeartbeatTTL, nil
 }
 
@@ -129,7 +151,7 @@ func (n *simNode) session(ctx context.Context) (*rpc.MuxClient, error) {
 	for range n.servers {
 		addr := n.servers[n.next%len(n.servers)]
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		conn, err := rpc.DialMux(dctx, nil, addr, n.logger)
+		conn, err := rpc.DialMux(dctx, n.dial, addr, n.logger)
 		cancel()
 		if err == nil {
 			n.conn = conn
@@ -161,9 +183,13 @@ func (n *simNode) serve(conn *rpc.MuxClient) {
 }
 
 // call makes one RPC on the node's session (so that Node.Register binds
-// it); a transport failure drops the session and a call that was never
-// sent is tried once more on the next server.
+// it), authenticated with the node's secret unless args carry a token; a
+// transport failure drops the session and a call that was never sent is
+// tried once more on the next server.
 func (n *simNode) call(ctx context.Context, method string, args, reply any) error {
+	if a, ok := args.(structs.Authenticated); ok && a.Token() == "" {
+		a.SetToken(n.secret)
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.timeout)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -41,6 +42,15 @@ func (c *cluster) placeAllocs(ctx context.Context, allocs []*structs.Alloc) erro
 		}
 	}
 	return nil
+}
+
+// placeOn places allocs through cl (a caller's own session) with the
+// run's token: a caller's client sends the node's secret, which grants no
+// alloc:place, as a node's would not.
+func (c *cluster) placeOn(ctx context.Context, cl *api.Client, allocs ...*structs.Alloc) error {
+	req := &structs.AllocPlaceRequest{Allocs: allocs}
+	req.AuthToken = c.cfg.Token
+	return cl.Call(ctx, "Alloc.Place", req, &structs.GenericResponse{})
 }
 
 // pairs is n (alloc, volume) pairs on one node: alloc i requests only

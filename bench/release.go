@@ -38,12 +38,20 @@ func (r *runner) releaseRun(ctx context.Context, runID string, res *Result) erro
 	if err != nil {
 		return err
 	}
-	clients, err := r.c.callerClients(ctx, res.Address, res.Callers+1)
+	// cl stops the allocs and watches the volumes with the run's token;
+	// the callers claim with the simulated node's secret, as its agent
+	// would.
+	admin, err := r.c.callerClients(ctx, res.Address, 1, r.cfg.Token)
+	if err != nil {
+		return err
+	}
+	defer closeAll(admin)
+	cl := admin[0]
+	clients, err := r.c.callerClients(ctx, res.Address, res.Callers, r.node.secret)
 	if err != nil {
 		return err
 	}
 	defer closeAll(clients)
-	cl, clients := clients[0], clients[1:]
 
 	// Claim every volume: the claims are measured like any claim run,
 	// with no warmup and no time limit.

@@ -30,7 +30,7 @@ func Run(ctx context.Context, cfg Config, emit func(*Result)) (err error) {
 			nodeServers = append(nodeServers, s)
 		}
 	}
-	node, err := startNode(ctx, cfg.Prefix+"-node", nodeServers, cfg.CallTimeout, cfg.Logger)
+	node, err := startNode(ctx, cfg.Prefix+"-node", nodeServers, &cfg)
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,6 @@ func (a *ACL) PolicyUpsert(args *structs.ACLPolicyUpsertRequest, reply *structs.
 			return structs.Invalid(fmt.Sprintf("policies[%d].rules", i), err.Error())
 		}
 	}
-	args.AuthToken = ""
 	_, index, err := a.srv.Apply(structs.ACLPolicyUpsertRequestType, args)
 	reply.Index = index
 	return err
@@ -83,7 +82,6 @@ func (a *ACL) PolicyDelete(args *structs.ACLPolicyDeleteRequest, reply *structs.
 	if err := validateNames("names", args.Names); err != nil {
 		return err
 	}
-	args.AuthToken = ""
 	_, index, err := a.srv.Apply(structs.ACLPolicyDeleteRequestType, args)
 	reply.Index = index
 	return err
@@ -194,7 +192,6 @@ func (a *ACL) TokenDelete(args *structs.ACLTokenDeleteRequest, reply *structs.Ge
 	if err := validateNames("accessor_ids", args.AccessorIDs); err != nil {
 		return err
 	}
-	args.AuthToken = ""
 	_, index, err := a.srv.Apply(structs.ACLTokenDeleteRequestType, args)
 	reply.Index = index
 	return err

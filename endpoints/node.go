@@ -45,7 +45,6 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err := n.allowRegister(c, args.Node); err != nil {
 		return err
 	}
-	args.AuthToken = ""
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err
@@ -92,7 +91,6 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	if err := c.allowNode(n.auth, "Node.UpdateStatus", args.NodeID); err != nil {
 		return err
 	}
-	args.AuthToken = ""
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}
@@ -166,7 +164,6 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 	if err := c.allowNode(n.auth, "Node.UpdateAlloc", args.NodeID); err != nil {
 		return err
 	}
-	args.AuthToken = ""
 	if len(args.Allocs) == 0 {
 		return structs.Invalid("allocs", "at least one update is required")
 	}

@@ -312,6 +312,12 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 		return nil, 0, structs.ErrShutdown
 	default:
 	}
+	// The caller's credential has been checked; it is not part of what
+	// the log records (the log and its copies on every server would keep
+	// every token that ever wrote).
+	if a, ok := msg.(structs.Authenticated); ok {
+		a.SetToken("")
+	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
 		return nil, 0, structs.Invalid("request", err.Error())

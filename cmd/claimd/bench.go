@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/bench"
 )
 
@@ -35,8 +34,17 @@ the servers, not a CSI plugin. Modes:
   release    -volumes allocs claim, are stopped together and reported
              complete; times each claim from the stop until freed
 
+Against a cluster with ACLs, -token (or CLAIMD_TOKEN) is a token that may
+register and deregister volumes and nodes, place and stop allocs and read
+evals (a management token will do); the simulated node registers with it
+once, then, like a client agent, authenticates every call with its node
+secret, and the callers claim with that secret too. With TLS, -ca-cert,
+-client-cert and -client-key (a client certificate) make every connection
+mutual TLS.
+
 Examples:
   claimd bench -address 127.0.0.1:4647 -callers 1,16,64,256 -target leader,follower
+  claimd bench -ca-cert ca.pem -client-cert client.pem -client-key client-key.pem -token SECRET
   claimd bench -mode contended -volumes 8 -callers 64 -json
   claimd bench -mode release -volumes 1000
   claimd bench -report results.jsonl   (markdown tables from -json output)
@@ -78,8 +86,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "-callers: %v", err)
 	}
+	// The servers' addresses, the token and TLS as every command takes
+	// them (-address, -token, -ca-cert, -client-cert, -client-key, -region
+	// and their CLAIMD_* variables).
+	ac, err := cf.apiConfig()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
 	cfg := bench.Config{
-		Addresses:    api.AddressesFromEnv(cf.address),
+		Addresses:    ac.Addresses,
+		Token:        ac.Token,
+		TLS:          ac.TLS,
 		Targets:      splitList(*target),
 		Mode:         bench.Mode(*mode),
 		Duration:     *duration,
