@@ -78,6 +78,11 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
+		if !c.granted() {
+			// No node's allocation has this ID: a node secret is refused
+			// before validation, like every caller that may not call.
+			return a.auth.deny("Alloc.Get", "the token does not grant alloc:read")
+		}
 		return err
 	}
 	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,

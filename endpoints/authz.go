@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"crypto/subtle"
+	"errors"
 	"fmt"
 
 	"github.com/claimd/claimd/acl"
@@ -181,6 +182,12 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 		return c, nil
 	}
 	resolved, err := a.srv.Tokens().Resolve(a.srv.State(), token)
+	if errors.Is(err, errTokenNotFound) && a.srv.WaitConsistentReads() == nil {
+		// A leader just elected may not have applied the entry that made
+		// the token yet: once it has applied everything committed before
+		// it won (and confirmed it still leads), look again.
+		resolved, err = a.srv.Tokens().Resolve(a.srv.State(), token)
+	}
 	if err != nil {
 		if need.node {
 			// Perhaps a node secret: the handler checks it for its node.

@@ -20,12 +20,13 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	if err != nil {
 		return err
 	}
-	if err := args.Validate(); err != nil {
+	// A client agent claims and releases only for allocations on its own
+	// node (see claimNode). Checked before validation, like every call: a
+	// caller that may not make it learns nothing from its arguments.
+	if err := c.allowNode(v.auth, "Volume.Claim", claimNode(v.srv, args)); err != nil {
 		return err
 	}
-	// A client agent claims and releases only for allocations on its own
-	// node (the state machine checks the alloc is placed on NodeID).
-	if err := c.allowNode(v.auth, "Volume.Claim", claimNode(v.srv, args)); err != nil {
+	if err := args.Validate(); err != nil {
 		return err
 	}
 	// The token has done its work: it is not written to the log.
@@ -200,10 +201,14 @@ func (v *Volume) recordPublished(claim *structs.Claim, publishContext map[string
 	return nil
 }
 
-// claimNode is the node a claim or release acts for: the request's node, or
-// for a release that names none, the node the allocation is placed on.
+// claimNode is the node a claim or release acts for. A claim names it (the
+// state machine checks the allocation is placed there). A release acts for
+// the node the allocation is placed on, whatever node the request names:
+// the state machine does not check a release's node, so a node that named
+// itself could release another node's claim. No allocation, no node: only
+// a token that grants volume:claim may release then.
 func claimNode(srv Server, args *structs.VolumeClaimRequest) string {
-	if args.NodeID != "" || !args.Release {
+	if !args.Release {
 		return args.NodeID
 	}
 	if a, err := srv.State().AllocByID(nil, args.AllocID); err == nil && a != nil {

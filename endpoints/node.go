@@ -20,7 +20,10 @@ type Node struct {
 
 // bindSession records that the node's agent is on this call's session, so
 // servers can call the node back over it. Only a call that came straight
-// from the agent (not forwarded) tells us where the agent is.
+// from the agent (not forwarded) tells us where the agent is, and only once
+// the call is authorized (by the leader, when forwarded): a refused call
+// that names a node must not draw the node's calls, and the volume secrets
+// they carry, to its own session.
 func (n *Node) bindSession(nodeID string, forwarded bool) {
 	if n.conn.Session != nil && !forwarded && nodeID != "" {
 		n.srv.NodeRouter().Conns().Add(nodeID, n.conn.Session)
@@ -29,22 +32,31 @@ func (n *Node) bindSession(nodeID string, forwarded bool) {
 
 // Register creates or updates a node and its plugin fingerprints.
 func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
-	if args.Node != nil {
-		n.bindSession(args.Node.ID, args.IsForwarded())
+	forwarded := args.IsForwarded()
+	if !forwarded {
+		// Only this server sees the agent's certificate.
+		args.ClientCertified = n.conn.TLS && n.conn.Role == tlsutil.RoleClient
 	}
 	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
+		// The leader accepted the node: only now is this session its.
+		if err == nil && args.Node != nil {
+			n.bindSession(args.Node.ID, forwarded)
+		}
 		return err
 	}
 	c, err := n.auth.check("Node.Register", args)
 	if err != nil {
 		return err
 	}
+	// Who may register before what: a caller that may not learns nothing
+	// from validation.
+	if err := n.allowRegister(c, args); err != nil {
+		return err
+	}
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
-	if err := n.allowRegister(c, args.Node); err != nil {
-		return err
-	}
+	n.bindSession(args.Node.ID, forwarded)
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err
@@ -61,7 +73,12 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 // allowRegister: a node that exists re-registers with its own secret; a new
 // node needs a token that grants node:write, or a client certificate
 // (whoever holds one was given it to run a client agent).
-func (n *Node) allowRegister(c *caller, node *structs.Node) error {
+func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error {
+	node := args.Node
+	if node == nil {
+		// No node (Validate refuses it next): only the caller counts.
+		node = &structs.Node{}
+	}
 	old, err := n.srv.State().NodeByID(nil, node.ID)
 	if err != nil {
 		return err
@@ -72,7 +89,12 @@ func (n *Node) allowRegister(c *caller, node *structs.Node) error {
 		}
 		return nil
 	}
-	if c.granted() || n.conn.Role == tlsutil.RoleClient {
+	// A forwarded request says what the first server saw; it is believed
+	// only over a TLS connection from a server (check refuses a forwarded
+	// request over TLS from anything else; over plaintext it proves
+	// nothing).
+	certified := args.ClientCertified && (!args.IsForwarded() || (n.conn.TLS && n.conn.Role == tlsutil.RoleServer))
+	if c.granted() || certified {
 		return nil
 	}
 	return n.auth.deny("Node.Register", "a new node needs a client certificate or a token that grants node:write")
@@ -80,8 +102,12 @@ func (n *Node) allowRegister(c *caller, node *structs.Node) error {
 
 // UpdateStatus marks a node ready or down.
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
-	n.bindSession(args.NodeID, args.IsForwarded())
+	forwarded := args.IsForwarded()
 	if done, err := n.srv.Forward("Node.UpdateStatus", args, args, reply); done {
+		// The leader took the node's secret: only now is this session its.
+		if err == nil {
+			n.bindSession(args.NodeID, forwarded)
+		}
 		return err
 	}
 	c, err := n.auth.check("Node.UpdateStatus", args)
@@ -91,6 +117,7 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	if err := c.allowNode(n.auth, "Node.UpdateStatus", args.NodeID); err != nil {
 		return err
 	}
+	n.bindSession(args.NodeID, forwarded)
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}

@@ -101,7 +101,10 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 }
 
 func (f *Forwarder) send(addr, method string, info structs.RPCInfo, args, reply any) error {
-	info.SetForwarded()
+	// Marked only while it is out: if the leader turns out to be this
+	// server after a failed try, it is served here as the caller's own.
+	info.SetForwarded(true)
+	defer info.SetForwarded(false)
 	// Blocking queries may wait up to their MaxQueryTime at the leader.
 	timeout := 30 * time.Second
 	if q, ok := info.(interface{ QueryWait() time.Duration }); ok {

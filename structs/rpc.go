@@ -22,7 +22,7 @@ type QueryOptions struct {
 func (q *QueryOptions) IsRead() bool         { return true }
 func (q *QueryOptions) AllowStaleRead() bool { return q.AllowStale }
 func (q *QueryOptions) IsForwarded() bool    { return q.Forwarded }
-func (q *QueryOptions) SetForwarded()        { q.Forwarded = true }
+func (q *QueryOptions) SetForwarded(f bool)  { q.Forwarded = f }
 func (q *QueryOptions) Token() string        { return q.AuthToken }
 func (q *QueryOptions) SetToken(t string)    { q.AuthToken = t }
 
@@ -36,7 +36,7 @@ type WriteRequest struct {
 func (w *WriteRequest) IsRead() bool         { return false }
 func (w *WriteRequest) AllowStaleRead() bool { return false }
 func (w *WriteRequest) IsForwarded() bool    { return w.Forwarded }
-func (w *WriteRequest) SetForwarded()        { w.Forwarded = true }
+func (w *WriteRequest) SetForwarded(f bool)  { w.Forwarded = f }
 func (w *WriteRequest) Token() string        { return w.AuthToken }
 func (w *WriteRequest) SetToken(t string)    { w.AuthToken = t }
 
@@ -45,7 +45,7 @@ type RPCInfo interface {
 	IsRead() bool
 	AllowStaleRead() bool
 	IsForwarded() bool
-	SetForwarded()
+	SetForwarded(bool)
 	Authenticated
 }
 
