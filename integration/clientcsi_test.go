@@ -37,8 +37,11 @@ func newCSIEnv(t *testing.T) *csiEnv {
 	c.StartAll()
 	e := &csiEnv{c: c, leader: c.WaitForLeader(electionWait), root: filepath.Join(t.TempDir(), "storage"),
 		apis: map[string]*api.Client{}, plugins: map[string]*harness.TestPlugin{}, clients: map[string]*harness.TestClient{}}
+	// These tests drive the servers' own node-call shim (ClientCSI.*,
+	// Status.HasNodeConn), which only a server may call: the clients
+	// present a server certificate.
 	for _, s := range c.Servers {
-		e.apis[s.Name] = s.Client()
+		e.apis[s.Name] = s.ServerIdentityClient()
 	}
 	return e
 }

@@ -161,6 +161,19 @@ func (s *TestServer) ClientWithToken(token string) *api.Client {
 	return s.newClient(s.c.APIConfig(s.Addr, token))
 }
 
+// ServerIdentityClient returns an API client for this server that presents
+// a server certificate (and the management token): for tests that drive
+// the servers' own calls (ClientCSI.*, Status.HasNodeConn), which only a
+// server may make. With TLS off it is Client().
+func (s *TestServer) ServerIdentityClient() *api.Client {
+	cfg := s.c.APIConfig(s.Addr, "")
+	cfg.TokenFunc = s.c.lazyManagementToken
+	if pki := s.c.PKI(); pki != nil {
+		cfg.TLS = pki.Configurator(s.c.t, tlsutil.RoleServer).OutgoingConfig()
+	}
+	return s.newClient(cfg)
+}
+
 func (s *TestServer) newClient(cfg api.Config) *api.Client {
 	cl, err := api.NewClient(cfg)
 	if err != nil {
