@@ -36,6 +36,9 @@ type Agent struct {
 
 	allocs   *allocRunner
 	statuses *statusBatcher
+	// registeredCh is closed once the node first registered.
+	registeredCh   chan struct{}
+	registeredOnce sync.Once
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -70,13 +73,14 @@ func New(cfg Config) (*Agent, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{
-		cfg:       cfg,
-		logger:    cfg.Logger.Named("client").With("node", ident.ID),
-		ident:     ident,
-		mounts:    map[string]*csi.MountManager{},
-		fpChanged: make(chan struct{}, 1),
-		ctx:       ctx,
-		cancel:    cancel,
+		cfg:          cfg,
+		logger:       cfg.Logger.Named("client").With("node", ident.ID),
+		ident:        ident,
+		mounts:       map[string]*csi.MountManager{},
+		fpChanged:    make(chan struct{}, 1),
+		ctx:          ctx,
+		registeredCh: make(chan struct{}),
+		cancel:       cancel,
 	}
 	a.conn = newServerConn(a, cfg.Servers)
 	a.plugins, err = csi.NewManager(csi.ManagerConfig{
@@ -227,6 +231,7 @@ func (a *Agent) heartbeatLoop() {
 			}
 		} else {
 			registered = true
+			a.registeredOnce.Do(func() { close(a.registeredCh) })
 			if resp.HeartbeatTTL > 0 {
 				ttl = resp.HeartbeatTTL
 				wait = ttl / 3

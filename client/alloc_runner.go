@@ -36,6 +36,13 @@ func newAllocRunner(a *Agent) *allocRunner {
 func (r *allocRunner) wait() { r.wg.Wait() }
 
 func (r *allocRunner) run() {
+	// The node authenticates with its secret, which the servers know only
+	// once it has registered: watching before that is refused.
+	select {
+	case <-r.a.registeredCh:
+	case <-r.a.ctx.Done():
+		return
+	}
 	var index uint64
 	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {

@@ -35,7 +35,9 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	forwarded := args.IsForwarded()
 	if !forwarded {
 		// Only this server sees the agent's certificate.
-		args.ClientCertified = n.conn.TLS && n.conn.Role == tlsutil.RoleClient
+		// A server certificate is as good: an agent run with -server and
+		// -client in one process (like -dev) has one certificate.
+		args.ClientCertified = n.conn.TLS && (n.conn.Role == tlsutil.RoleClient || n.conn.Role == tlsutil.RoleServer)
 	}
 	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
 		// The leader accepted the node: only now is this session its.

@@ -136,16 +136,30 @@ func TestProcesses_ThreeServersFormClusterAndSurviveLeaderKill(t *testing.T) {
 func TestProcesses_DevAgentAndCLIErrors(t *testing.T) {
 	addr := harness.FreeAddr(t)
 	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-raft-multiplier", "0.2")
+	// The dev agent runs with TLS and ACLs and prints the CLI's
+	// environment (CA, cli certificate, management token) once.
+	var env []string
 	harness.WaitFor(t, 30*time.Second, func() error {
-		rows, err := peersTable(t, addr, false)
-		if err != nil {
-			return err
+		for _, line := range strings.Split(dev.Output(), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "export "); ok {
+				env = strings.Fields(rest)
+				return nil
+			}
 		}
-		if leaderRow(rows) != addr {
-			return fmt.Errorf("dev agent exp: leader at %s got: %v", addr, rows)
+		return fmt.Errorf("dev agent exp: an export line for the CLI got: %q", dev.Output())
+	})
+	cli := func(args ...string) harness.CLIResult { return harness.RunCLIEnv(t, env, args...) }
+	harness.WaitFor(t, 30*time.Second, func() error {
+		r := cli("operator", "raft", "list-peers", "-address", addr)
+		if r.Code != 0 || !strings.Contains(r.Stdout, addr) || !strings.Contains(r.Stdout, "leader") {
+			return fmt.Errorf("dev agent exp: leader at %s got: %d %q %q", addr, r.Code, r.Stdout, r.Stderr)
 		}
 		return nil
 	})
+	// Without the environment the CLI is refused: plaintext to a TLS port.
+	if r := harness.RunCLI(t, "volume", "status", "-address", addr); r.Code != 1 {
+		t.Fatalf("CLI without TLS against the dev agent exp: exit 1 got: %d %q", r.Code, r.Stdout)
+	}
 
 	cases := []struct {
 		name, spec, wantErr string
@@ -159,21 +173,21 @@ func TestProcesses_DevAgentAndCLIErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := filepath.Join(t.TempDir(), "vol.json")
 			writeSpec(t, spec, tc.spec)
-			r := harness.RunCLI(t, "volume", "register", "-address", addr, spec)
+			r := cli("volume", "register", "-address", addr, spec)
 			if r.Code != 1 || !strings.Contains(r.Stderr, tc.wantErr) {
 				t.Fatalf("exp: exit 1 naming %q got: %d %q", tc.wantErr, r.Code, r.Stderr)
 			}
 		})
 	}
-	r := harness.RunCLI(t, "volume", "status", "-address", addr, "nope")
+	r := cli("volume", "status", "-address", addr, "nope")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "not_found") {
 		t.Fatalf("status of unknown volume exp: exit 1 not_found got: %d %q", r.Code, r.Stderr)
 	}
-	r = harness.RunCLI(t, "volume", "status", "-address", addr)
+	r = cli("volume", "status", "-address", addr)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "No volumes") {
 		t.Fatalf("status exp: No volumes got: %d %q", r.Code, r.Stdout)
 	}
-	r = harness.RunCLI(t, "volume", "deregister", "-address", addr, "nope")
+	r = cli("volume", "deregister", "-address", addr, "nope")
 	if r.Code != 1 || !strings.Contains(r.Stderr, "not_found") {
 		t.Fatalf("deregister unknown exp: exit 1 not_found got: %d %q", r.Code, r.Stderr)
 	}

@@ -167,7 +167,7 @@ func SortedKeys[V any](m map[string]V) []string {
 type NodeRegisterRequest struct {
 	Node *Node
 	// ClientCertified is set by the server the agent is connected to when
-	// the agent presented a client certificate, so that the leader can
+	// the agent presented a client (or server) certificate, so that the leader can
 	// admit a new node after forwarding. The leader trusts it only on a
 	// request forwarded over a server certificate.
 	ClientCertified bool

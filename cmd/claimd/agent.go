@@ -48,6 +48,7 @@ type agentFlags struct {
 	tlsAllowPlain   bool
 	aclEnabled      bool
 	aclToken        string
+	devInsecure     bool
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -71,7 +72,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.client, "client", false, "run a client agent (with -servers and -csi-plugin)")
 	fs.StringVar(&f.servers, "servers", "", "client: server addresses, comma-separated")
 	fs.Var(&f.plugins, "csi-plugin", "client: a CSI plugin, id=ID,type=node|controller|monolith,socket=PATH (repeatable)")
-	fs.BoolVar(&f.dev, "dev", false, "run a single-server cluster with state in a temporary directory")
+	fs.BoolVar(&f.dev, "dev", false, "run a single-server cluster with state in a temporary directory (mutual TLS and ACLs on, with its own CA and management token)")
+	fs.BoolVar(&f.devInsecure, "dev-insecure", false, "with -dev: plaintext and no ACLs (for trying the plaintext path only)")
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many servers know each other")
 	fs.StringVar(&f.join, "join", "", "addresses of other servers, comma-separated")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory for the server ID, Raft log and snapshots")
@@ -110,6 +112,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "claimd", Level: level, JSONFormat: f.logJSON, Output: stderr})
 
 	var stops []func()
+	var devSec *devPKI
 	defer func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
@@ -128,6 +131,13 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		if f.nodeName == "" {
 			f.nodeName = "dev"
+		}
+		if !f.devInsecure && !f.tls.Enabled() {
+			var err error
+			if devSec, err = newDevPKI(f.dataDir); err != nil {
+				return fail(stderr, "dev certificates: %v", err)
+			}
+			f.tls, f.aclEnabled = devSec.agentTLS(), true
 		}
 		plug, err := startDevPlugin(f.dataDir, f.nodeName, logger)
 		if err != nil {
@@ -194,6 +204,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		stops = append(stops, agent.Shutdown)
 		fmt.Fprintf(stdout, "claimd client running: node=%s servers=%s\n", agent.NodeID(), strings.Join(servers, ","))
+	}
+	if devSec != nil && srv != nil {
+		line, err := devSec.bootstrap(srv.Addr(), time.Minute)
+		if err != nil {
+			return fail(stderr, "%v", err)
+		}
+		// Shown once, to the one who started the agent (like acl
+		// bootstrap's output); never logged.
+		fmt.Fprintf(stdout, "dev agent: mutual TLS and ACLs are on. In another shell, for the CLI:\n  source %s\nwhich is:\n  %s\n", devSec.envFile, line)
 	}
 
 	sigCh := make(chan os.Signal, 1)

@@ -160,7 +160,16 @@ type CLIResult struct {
 // RunCLI runs `claimd args...` to completion (bounded at 60 s).
 func RunCLI(t testing.TB, args ...string) CLIResult {
 	t.Helper()
+	return RunCLIEnv(t, nil, args...)
+}
+
+// RunCLIEnv is RunCLI with extra environment variables ("K=V").
+func RunCLIEnv(t testing.TB, env []string, args ...string) CLIResult {
+	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
