@@ -109,6 +109,13 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 		s.refuse(conn, "too many connections opening at once")
 		return info, 0, nil, false
 	}
+	// Tracked while it opens, so that Shutdown closes it instead of
+	// waiting out its deadlines (up to firstByteTimeout+HandshakeTimeout
+	// for a silent peer).
+	if !s.track(conn) {
+		return info, 0, nil, false
+	}
+	defer s.untrack(conn)
 	_ = conn.SetReadDeadline(time.Now().Add(firstByteTimeout))
 	var b [1]byte
 	if _, err := io.ReadFull(conn, b[:]); err != nil {
