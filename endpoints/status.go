@@ -111,6 +111,7 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	runtime.ReadMemStats(&ms)
 	sec := s.srv.Security()
 	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
-		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load()}
+		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load(),
+		OpeningRefused: sec.OpeningRefused.Load()}
 	return nil
 }

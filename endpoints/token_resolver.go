@@ -119,4 +119,7 @@ type SecurityCounters struct {
 	ACLDenied         atomic.Uint64
 	TLSHandshakeFails atomic.Uint64
 	PlaintextRefused  atomic.Uint64
+	// OpeningRefused: connections closed at once because too many were
+	// still opening (in all, or from one address).
+	OpeningRefused atomic.Uint64
 }

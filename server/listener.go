@@ -102,13 +102,19 @@ func (s *Server) handleConn(conn net.Conn) {
 // deadline.
 func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.Conn, bool) {
 	info := endpoints.ConnInfo{Remote: conn.RemoteAddr().String()}
-	select {
-	case s.openSlots <- struct{}{}:
-		defer func() { <-s.openSlots }()
-	default:
-		s.refuse(conn, "too many connections opening at once")
+	release, why := s.openSlot(conn)
+	if release == nil {
+		s.security.OpeningRefused.Add(1)
+		// One line a second at most: a flood must not flood the log too.
+		if now := time.Now().UnixNano(); now-s.lastOpenRefusalLog.Load() > int64(time.Second) {
+			s.lastOpenRefusalLog.Store(now)
+			s.logger.Warn("connection refused: "+why+" (further refusals within a second are counted, not logged)",
+				"remote", info.Remote, "refused_total", s.security.OpeningRefused.Load())
+		}
+		conn.Close()
 		return info, 0, nil, false
 	}
+	defer release()
 	// Tracked while it opens, so that Shutdown closes it instead of
 	// waiting out its deadlines (up to firstByteTimeout+HandshakeTimeout
 	// for a silent peer).
@@ -145,6 +151,43 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	info.TLS = true
 	info.Role = tlsutil.PeerRole(tc.ConnectionState(), s.cfg.TLS.Region())
 	return info, inner, tc, true
+}
+
+// maxOpeningPerIP bounds the connections one remote address may have
+// opening at once, so that one host dialling again and again cannot hold
+// every one of the maxOpening slots and shut everyone else out. Half of
+// them: a client with many callers (claimd bench opens 64 sessions at
+// once) stays well inside it.
+const maxOpeningPerIP = maxOpening / 2
+
+// openSlot takes a slot for a connection that is opening (global and per
+// remote IP), or says why it cannot.
+func (s *Server) openSlot(conn net.Conn) (release func(), why string) {
+	ip := conn.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(ip); err == nil {
+		ip = host
+	}
+	s.openingMu.Lock()
+	if s.openingByIP[ip] >= maxOpeningPerIP {
+		s.openingMu.Unlock()
+		return nil, "too many connections opening at once from this address"
+	}
+	select {
+	case s.openSlots <- struct{}{}:
+	default:
+		s.openingMu.Unlock()
+		return nil, "too many connections opening at once"
+	}
+	s.openingByIP[ip]++
+	s.openingMu.Unlock()
+	return func() {
+		<-s.openSlots
+		s.openingMu.Lock()
+		if s.openingByIP[ip]--; s.openingByIP[ip] == 0 {
+			delete(s.openingByIP, ip)
+		}
+		s.openingMu.Unlock()
+	}, ""
 }
 
 // refuse closes a connection with a warning that names the peer.

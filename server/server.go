@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -66,8 +67,12 @@ type Server struct {
 
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{}
-	// openSlots holds one token per connection still opening (listener.go).
-	openSlots chan struct{}
+	// openSlots holds one token per connection still opening, and
+	// openingByIP counts them per remote IP (listener.go).
+	openSlots          chan struct{}
+	openingMu          sync.Mutex
+	openingByIP        map[string]int
+	lastOpenRefusalLog atomic.Int64
 
 	tokens   *endpoints.TokenResolver
 	security endpoints.SecurityCounters
@@ -117,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		readsReady:    make(chan struct{}),
 		conns:         map[net.Conn]struct{}{},
 		openSlots:     make(chan struct{}, maxOpening),
+		openingByIP:   map[string]int{},
 		tokens:        endpoints.NewTokenResolver(),
 		shutdownCh:    make(chan struct{}),
 	}

@@ -85,4 +85,5 @@ type RuntimeStats struct {
 	ACLDenied         uint64
 	TLSHandshakeFails uint64
 	PlaintextRefused  uint64
+	OpeningRefused    uint64
 }
