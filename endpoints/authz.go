@@ -129,6 +129,10 @@ type caller struct {
 	// server: a claimd server (certificate or server token), or in-process.
 	server bool
 	need   access
+	// lazy: the token is resolved by granted() when first needed (methods
+	// a node may call, where the node secret is checked first).
+	lazy bool
+	a    *authz
 }
 
 // check authorizes one call after forwarding: the server that serves a
@@ -181,19 +185,15 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 		}
 		return c, nil
 	}
-	resolved, err := a.srv.Tokens().Resolve(a.srv.State(), token)
-	if errors.Is(err, errTokenNotFound) && a.srv.WaitConsistentReads() == nil {
-		// A leader just elected may not have applied the entry that made
-		// the token yet: once it has applied everything committed before
-		// it won (and confirmed it still leads), look again.
-		resolved, err = a.srv.Tokens().Resolve(a.srv.State(), token)
+	if need.node {
+		// A client agent's node secret is the usual credential here: the
+		// handler checks it against the node the call acts for first, and
+		// resolves the token as an ACL token only if that fails.
+		c.a, c.lazy = a, true
+		return c, nil
 	}
+	resolved, err := a.resolve(token)
 	if err != nil {
-		if need.node {
-			// Perhaps a node secret: the handler checks it for its node.
-			c.acl = acl.DenyAll
-			return c, nil
-		}
 		return nil, a.deny(method, err.Error())
 	}
 	c.acl = resolved.ACL
@@ -207,20 +207,34 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 			return nil, a.deny(method, "an ACL token is required")
 		}
 	case needCapability:
-		if !c.acl.Allow(need.res, need.cap) && !need.node {
+		if !c.acl.Allow(need.res, need.cap) {
 			return nil, a.deny(method, fmt.Sprintf("the token does not grant %s:%s", need.res, need.cap))
 		}
 	}
 	return c, nil
 }
 
-// isServerToken compares in constant time with the cluster's server token.
+// resolve turns a token into its ACL. A leader whose barrier is still
+// pending may not have applied the entry that made the token: it waits for
+// the barrier (and confirms it still leads) and looks again. Only then:
+// waiting on every unknown token would let anyone make the leader run a
+// quorum round per guess.
+func (a *authz) resolve(token string) (*Resolved, error) {
+	resolved, err := a.srv.Tokens().Resolve(a.srv.State(), token)
+	if errors.Is(err, errTokenNotFound) && a.srv.BarrierPending() && a.srv.WaitConsistentReads() == nil {
+		resolved, err = a.srv.Tokens().Resolve(a.srv.State(), token)
+	}
+	return resolved, err
+}
+
+// isServerToken compares in constant time with the cluster's server token
+// (which exists only with ACLs on).
 func (a *authz) isServerToken(token string) bool {
-	if token == "" {
+	if token == "" || !a.srv.ACLEnabled() {
 		return false
 	}
-	st := a.srv.State().ServerToken()
-	return st != nil && subtle.ConstantTimeCompare([]byte(st.SecretID), []byte(token)) == 1
+	secret := a.srv.Tokens().ServerSecret(a.srv.State())
+	return secret != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(token)) == 1
 }
 
 // deny logs and counts a refusal and returns the error the caller sees.
@@ -232,9 +246,19 @@ func (a *authz) deny(method, why string) error {
 }
 
 // granted reports whether the caller's token grants what the method needs
-// (true when ACLs are off or the caller is a server).
+// (true when ACLs are off or the caller is a server). For a method a node
+// may call, the token is resolved here, the first time it is needed.
 func (c *caller) granted() bool {
-	return c.server || c.acl == nil || c.acl.Allow(c.need.res, c.need.cap)
+	if c.server {
+		return true
+	}
+	if c.lazy {
+		c.lazy, c.acl = false, acl.DenyAll
+		if resolved, err := c.a.resolve(c.token); err == nil {
+			c.acl = resolved.ACL
+		}
+	}
+	return c.acl == nil || c.acl.Allow(c.need.res, c.need.cap)
 }
 
 // isNode reports whether the caller authenticated as nodeID with its node
@@ -254,7 +278,7 @@ func (c *caller) isNode(nodeID string) bool {
 // allowNode is the second half of a capabilityOrNode check: the token's
 // capability, or the node secret of the node the call acts for.
 func (c *caller) allowNode(a *authz, method, nodeID string) error {
-	if c.granted() || c.isNode(nodeID) {
+	if c.isNode(nodeID) || c.granted() {
 		return nil
 	}
 	if nodeID == "" {

@@ -62,6 +62,9 @@ type Server interface {
 	Tokens() *TokenResolver
 	// Security counts refused connections and calls.
 	Security() *SecurityCounters
+	// BarrierPending reports whether this server leads but has not yet
+	// applied everything committed before it won.
+	BarrierPending() bool
 	// ACLResetIndex is the index an operator wrote to acl-bootstrap-reset
 	// in this server's data dir (0 if none): see ACL.Bootstrap.
 	ACLResetIndex() uint64

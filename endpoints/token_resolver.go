@@ -28,7 +28,10 @@ type TokenResolver struct {
 	index uint64
 	state *fsm.StateStore
 	cache map[string]*Resolved
-	now   func() time.Time
+	// serverSecret is the server token's secret, valid with the cache.
+	serverSecret string
+	serverKnown  bool
+	now          func() time.Time
 }
 
 // maxCachedTokens bounds the cache; past it the cache starts afresh.
@@ -51,8 +54,9 @@ var (
 func (r *TokenResolver) Resolve(state *fsm.StateStore, secret string) (*Resolved, error) {
 	index := state.ACLIndex()
 	r.mu.Lock()
-	if r.state != state || r.index != index || len(r.cache) >= maxCachedTokens {
-		r.state, r.index, r.cache = state, index, map[string]*Resolved{}
+	r.refresh(state, index)
+	if len(r.cache) >= maxCachedTokens {
+		r.cache = map[string]*Resolved{}
 	}
 	res, ok := r.cache[secret]
 	r.mu.Unlock()
@@ -72,6 +76,31 @@ func (r *TokenResolver) Resolve(state *fsm.StateStore, secret string) (*Resolved
 	}
 	r.mu.Unlock()
 	return res, nil
+}
+
+// refresh starts the cache afresh when the state or its ACL index moved.
+// Called with mu held.
+func (r *TokenResolver) refresh(state *fsm.StateStore, index uint64) {
+	if r.state != state || r.index != index {
+		r.state, r.index, r.cache = state, index, map[string]*Resolved{}
+		r.serverSecret, r.serverKnown = "", false
+	}
+}
+
+// ServerSecret is the cluster's server token ("" before one exists),
+// cached like resolved tokens: every call that carries a token compares it.
+func (r *TokenResolver) ServerSecret(state *fsm.StateStore) string {
+	index := state.ACLIndex()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refresh(state, index)
+	if !r.serverKnown {
+		if t := state.ServerToken(); t != nil {
+			r.serverSecret = t.SecretID
+		}
+		r.serverKnown = true
+	}
+	return r.serverSecret
 }
 
 func resolve(state *fsm.StateStore, secret string, now time.Time) (*Resolved, error) {

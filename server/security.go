@@ -50,10 +50,23 @@ func (s *Server) serverToken() string {
 	if !s.cfg.ACLEnabled {
 		return ""
 	}
-	if t := s.fsm.State().ServerToken(); t != nil {
-		return t.SecretID
+	return s.tokens.ServerSecret(s.fsm.State())
+}
+
+// BarrierPending implements endpoints.Server.
+func (s *Server) BarrierPending() bool {
+	if _, self := s.Leader(); !self {
+		return false
 	}
-	return ""
+	s.readsMu.Lock()
+	ready := s.readsReady
+	s.readsMu.Unlock()
+	select {
+	case <-ready:
+		return false
+	default:
+		return true
+	}
 }
 
 // ensureServerToken creates the server token once per cluster (the entry
