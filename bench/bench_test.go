@@ -21,26 +21,22 @@ import (
 //
 // The cluster runs as production should (mutual TLS, ACLs), and the tool
 // has a cli certificate and a token that grants everything it does itself
-// but volume:claim and node:write beyond registering: every claim and
-// release then succeeds only because the callers authenticate as the
-// simulated node with its secret, as its agent would, and a new node
-// registers only with the token (a cli certificate does not admit one).
+// but volume:claim: every claim and release then succeeds only because the
+// callers authenticate as the simulated node with its secret, as its agent
+// would; and the node registers with the token (a cli certificate does not
+// admit a new node). No server may have refused any call.
 func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 	c, addrs := mustNewCluster(t, harness.Options{})
 	base := benchConfig(t, c, mustBenchToken(t, c, addrs[0]))
 	defer mustSeeNoDenial(t, c, addrs)
-	mustRun := func(t *testing.T, cfg bench.Config) []*bench.Result {
+	run := func(t *testing.T, cfg bench.Config) []*bench.Result {
 		t.Helper()
 		cfg.Token, cfg.TLS = base.Token, base.TLS
 		return mustRun(t, cfg)
 	}
-	mustBeCleanedUp := func(t *testing.T, _ []string) {
-		t.Helper()
-		mustBeCleanedUp(t, c, addrs)
-	}
 
 	t.Run("claim", func(t *testing.T) {
-		rs := mustRun(t, bench.Config{
+		rs := run(t, bench.Config{
 			Addresses: addrs[:1], Mode: bench.ModeClaim, Targets: []string{bench.TargetLeader, bench.TargetFollower},
 			Callers: []int{1, 4}, Volumes: 2000, Duration: time.Second, Warmup: 200 * time.Millisecond,
 		})
@@ -48,6 +44,9 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 			t.Fatalf("exp: 4 runs (2 callers × 2 targets) got: %d", len(rs))
 		}
 		for _, r := range rs {
+			if r.Security != "tls+acl" {
+				t.Errorf("%s/%d: exp: security tls+acl got: %q", r.Target, r.Callers, r.Security)
+			}
 			if r.Ops == 0 || r.Claims == 0 || r.Releases == 0 || r.OpsPerSec <= 0 {
 				t.Errorf("%s/%d: exp: claims and releases counted got: ops %d claims %d releases %d", r.Target, r.Callers, r.Ops, r.Claims, r.Releases)
 			}
@@ -70,11 +69,11 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 				t.Errorf("%s/%d: exp: released claims freed within the drain timeout got: %d left", r.Target, r.Callers, r.Backlog)
 			}
 		}
-		mustBeCleanedUp(t, addrs)
+		mustBeCleanedUp(t, c, addrs)
 	})
 
 	t.Run("claim pool used up", func(t *testing.T) {
-		rs := mustRun(t, bench.Config{
+		rs := run(t, bench.Config{
 			Addresses: addrs, Mode: bench.ModeClaim, Callers: []int{2}, Volumes: 10, Duration: 5 * time.Second,
 		})
 		r := rs[0]
@@ -82,11 +81,11 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 			t.Errorf("exp: the run stops after 10 pairs got: exhausted %t, %d claims, %d releases in %.1fs",
 				r.PoolExhausted, r.Claims, r.Releases, r.Seconds)
 		}
-		mustBeCleanedUp(t, addrs)
+		mustBeCleanedUp(t, c, addrs)
 	})
 
 	t.Run("contended", func(t *testing.T) {
-		rs := mustRun(t, bench.Config{
+		rs := run(t, bench.Config{
 			Addresses: addrs, Mode: bench.ModeContended, Callers: []int{6}, Volumes: 2,
 			Duration: 1500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 		})
@@ -100,11 +99,11 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 		if r.Checks == 0 || len(r.Violations) != 0 {
 			t.Errorf("exp: safety checked, no violation got: %d checks, violations %v", r.Checks, r.Violations)
 		}
-		mustBeCleanedUp(t, addrs)
+		mustBeCleanedUp(t, c, addrs)
 	})
 
 	t.Run("release", func(t *testing.T) {
-		rs := mustRun(t, bench.Config{
+		rs := run(t, bench.Config{
 			Addresses: addrs, Mode: bench.ModeRelease, Callers: []int{8}, Volumes: 40,
 		})
 		r := rs[0]
@@ -117,7 +116,7 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 		if len(r.Errors) != 0 {
 			t.Errorf("exp: no errors got: %v", r.Errors)
 		}
-		mustBeCleanedUp(t, addrs)
+		mustBeCleanedUp(t, c, addrs)
 	})
 }
 
@@ -152,6 +151,9 @@ func TestBench_Plaintext(t *testing.T) {
 		Addresses: addrs, Mode: bench.ModeClaim, Callers: []int{4}, Volumes: 2000,
 		Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
 	})
+	if r := rs[0]; r.Security != "" {
+		t.Errorf("exp: security plaintext (\"\") got: %q", r.Security)
+	}
 	if r := rs[0]; r.Claims == 0 || r.Releases == 0 || len(r.Errors) != 0 || !r.Drained {
 		t.Errorf("exp: claims and releases, no errors, every claim freed got: %d claims, %d releases, errors %v, drained %t",
 			r.Claims, r.Releases, r.Errors, r.Drained)
@@ -319,5 +321,29 @@ func TestWriteMarkdown_RepeatedRunsShowTheMedianAndRange(t *testing.T) {
 	}
 	if n := strings.Count(out, "| leader |"); n != 1 {
 		t.Errorf("leader rows exp: 1 got: %d\n%s", n, out)
+	}
+}
+
+// Secured and plaintext runs of one configuration are separate rows, and
+// a second table gives the cost: the ratio of the medians, and the ratio
+// within each pair of runs made next to each other.
+func TestWriteMarkdown_SecurityCostComparesWithPlaintext(t *testing.T) {
+	var b strings.Builder
+	var rs []*bench.Result
+	for _, ops := range [][2]float64{{1000, 900}, {1200, 960}, {800, 760}} {
+		rs = append(rs,
+			&bench.Result{Mode: bench.ModeClaim, Target: "leader", Callers: 64, OpsPerSec: ops[0], Latency: bench.Latency{P50: 2, P99: 10}},
+			&bench.Result{Mode: bench.ModeClaim, Target: "leader", Callers: 64, OpsPerSec: ops[1], Security: "tls+acl", Latency: bench.Latency{P50: 3, P99: 12}})
+	}
+	bench.WriteMarkdown(&b, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| plaintext | leader | 64 | 1000 |",
+		"| tls+acl | leader | 64 | 900 |",
+		"| tls+acl | leader | 64 | 1000 | 900 | 0.90 | 10% | 2.00ms → 3.00ms | 10.00ms → 12.00ms | 0.90, 0.80, 0.95 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exp: %q in:\n%s", want, out)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/claimd/claimd/api"
@@ -20,6 +21,8 @@ type cluster struct {
 	cfg     *Config
 	servers []string // sorted
 	admin   *api.Client
+	// security is Result.Security for every run.
+	security string
 }
 
 // discover waits for a leader (up to the call timeout) and learns every
@@ -46,7 +49,34 @@ func discover(ctx context.Context, cfg *Config) (*cluster, error) {
 		}
 	}
 	slices.Sort(c.servers)
+	if c.security, err = c.probeSecurity(ctx); err != nil {
+		admin.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// probeSecurity says how the tool talks to the cluster (Result.Security):
+// TLS when it was given a TLS configuration (the servers accepted it), ACLs
+// when the servers know its token. Without a token nothing is asked, so
+// that a cluster with ACLs records no denial for the probe.
+func (c *cluster) probeSecurity(ctx context.Context) (string, error) {
+	var parts []string
+	if c.cfg.TLS != nil {
+		parts = append(parts, "tls")
+	}
+	if c.cfg.Token != "" {
+		_, err := c.admin.ACLTokenSelf(ctx)
+		switch {
+		case err == nil:
+			parts = append(parts, "acl")
+		case errors.Is(err, structs.ErrInvalid):
+			// ACLs are off: the servers ignore the token.
+		default:
+			return "", fmt.Errorf("check the token: %w", err)
+		}
+	}
+	return strings.Join(parts, "+"), nil
 }
 
 func (c *cluster) close() { c.admin.Close() }

@@ -25,6 +25,19 @@
 // success at once. It measures the servers, not a plugin: a real agent
 // adds the plugin's NodeUnpublish/NodeUnstage time to every release.
 //
+// # Security
+//
+// Against a cluster with TLS and ACLs (Config.TLS, Config.Token) the tool
+// behaves as the parts it stands in for: its own setup, reads and cleanup
+// use the token; the simulated node registers once with the token (as an
+// agent's -acl-token; a client certificate would also admit it) and then
+// authenticates every call with its node secret; and the callers, which
+// claim for allocs on that node as its agent would, send that secret too,
+// so the servers check the node's identity on every claim. Every session,
+// the node's included, is mutual TLS. Result.Security records how a run
+// talked to the cluster, and the report compares secured runs with
+// plaintext ones (scripts/bench.sh SECURE=both).
+//
 // # What it leaves behind
 //
 // Volume and alloc IDs start with a random per-invocation prefix. At the

@@ -17,11 +17,15 @@ type Result struct {
 	// Leader is the leader's address when the run started; LeaderChanged
 	// is set when, during the run, the servers named another leader or none
 	// (an election: calls were held or retried meanwhile).
-	Leader        string    `json:"leader"`
-	LeaderChanged bool      `json:"leader_changed,omitempty"`
-	Callers       int       `json:"callers"`
-	Volumes       int       `json:"volumes"`
-	Started       time.Time `json:"started"`
+	Leader        string `json:"leader"`
+	LeaderChanged bool   `json:"leader_changed,omitempty"`
+	// Security is how the tool talked to the cluster: "tls+acl", "tls",
+	// "acl" or "" (plaintext, ACLs off). ACLs count as on when the tool's
+	// token is one the servers know (ACL.TokenSelf).
+	Security string    `json:"security,omitempty"`
+	Callers  int       `json:"callers"`
+	Volumes  int       `json:"volumes"`
+	Started  time.Time `json:"started"`
 	// Seconds is the measured window (shorter than -duration when the
 	// claim pool ran out: PoolExhausted).
 	Seconds       float64 `json:"seconds"`
@@ -207,31 +211,34 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 }
 
 // writeClaimTable prints the claim-mode table. Runs of one configuration
-// (target and callers) repeated on fresh clusters are one row: the median
-// run by claim calls/s, with the range of all of them and every run's
-// errors, so that a noisy machine shows as a range rather than as a
-// difference between configurations.
+// (security, target and callers) repeated on fresh clusters are one row:
+// the median run by claim calls/s, with the range of all of them and every
+// run's errors, so that a noisy machine shows as a range rather than as a
+// difference between configurations. When runs differ in security, a
+// column says which each row is, and a second table compares each secured
+// configuration with the same one in plaintext.
 func writeClaimTable(w io.Writer, rs []*Result) {
-	type config struct {
-		target  string
-		callers int
-	}
-	var order []config
-	groups := map[config][]*Result{}
-	drains, repeated := false, false
+	var order []claimConfig
+	groups := map[claimConfig][]*Result{}
+	drains, repeated, secured := false, false, false
 	for _, r := range rs {
-		c := config{r.Target, r.Callers}
+		c := claimConfig{r.Security, r.Target, r.Callers}
 		if _, ok := groups[c]; !ok {
 			order = append(order, c)
 		}
 		groups[c] = append(groups[c], r)
 		repeated = repeated || len(groups[c]) > 1
 		drains = drains || r.Drained || r.Backlog > 0
+		secured = secured || r.Security != ""
 	}
 	fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases):")
 	fmt.Fprintln(w)
 	header := "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors |"
 	rule := "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+	if secured {
+		header = "| security " + header
+		rule = "| --- " + rule
+	}
 	if repeated {
 		header += " runs: claim calls/s |"
 		rule += " --- |"
@@ -243,9 +250,8 @@ func writeClaimTable(w io.Writer, rs []*Result) {
 	fmt.Fprintln(w, header)
 	fmt.Fprintln(w, rule)
 	for _, c := range order {
-		g := append([]*Result(nil), groups[c]...)
-		sort.SliceStable(g, func(i, j int) bool { return g[i].OpsPerSec < g[j].OpsPerSec })
-		r := g[len(g)/2]
+		g := byThroughput(groups[c])
+		r := median(g)
 		errs := map[string]int64{}
 		target := r.targetText()
 		for _, o := range g {
@@ -259,6 +265,9 @@ func writeClaimTable(w io.Writer, rs []*Result) {
 		note := ""
 		if r.PoolExhausted {
 			note = fmt.Sprintf(" (pool used up after %.1fs)", r.Seconds)
+		}
+		if secured {
+			fmt.Fprintf(w, "| %s ", securityText(r.Security))
 		}
 		fmt.Fprintf(w, "| %s | %d | %.0f%s | %.0f | %s | %s | %s | %s | %s |",
 			target, r.Callers, r.OpsPerSec, note, r.ClaimsPerSec,
@@ -276,4 +285,73 @@ func writeClaimTable(w io.Writer, rs []*Result) {
 		}
 		fmt.Fprintln(w)
 	}
+	if secured {
+		writeSecurityCost(w, order, groups)
+	}
+}
+
+// claimConfig is one row of the claim table.
+type claimConfig struct {
+	security string
+	target   string
+	callers  int
+}
+
+// writeSecurityCost compares every secured configuration with the same
+// target and callers in plaintext: the ratio of the median runs'
+// throughput, and the ratio within each pair of runs (the i-th secured run
+// with the i-th plaintext run: scripts/bench.sh runs them next to each
+// other, so each pair saw the machine alike).
+func writeSecurityCost(w io.Writer, order []claimConfig, groups map[claimConfig][]*Result) {
+	header := false
+	for _, c := range order {
+		if c.security == "" {
+			continue
+		}
+		plain := groups[claimConfig{"", c.target, c.callers}]
+		if len(plain) == 0 {
+			continue
+		}
+		if !header {
+			header = true
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "Cost of security: secured median over plaintext median (cost = 1 − throughput ratio); pairs are the runs made next to each other:")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| security | target | callers | plaintext calls/s | secured calls/s | throughput ratio | cost | p50 plaintext → secured | p99 plaintext → secured | pair ratios |")
+			fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
+		}
+		sec := groups[c]
+		p, s := median(byThroughput(plain)), median(byThroughput(sec))
+		ratio := 0.0
+		if p.OpsPerSec > 0 {
+			ratio = s.OpsPerSec / p.OpsPerSec
+		}
+		var pairs []string
+		for i := range min(len(plain), len(sec)) {
+			if plain[i].OpsPerSec > 0 {
+				pairs = append(pairs, fmt.Sprintf("%.2f", sec[i].OpsPerSec/plain[i].OpsPerSec))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.2f | %.0f%% | %s → %s | %s → %s | %s |\n",
+			securityText(c.security), c.target, c.callers, p.OpsPerSec, s.OpsPerSec, ratio, 100*(1-ratio),
+			fmtMS(p.Latency.P50), fmtMS(s.Latency.P50), fmtMS(p.Latency.P99), fmtMS(s.Latency.P99),
+			strings.Join(pairs, ", "))
+	}
+}
+
+// byThroughput is rs sorted by claim calls/s (a copy).
+func byThroughput(rs []*Result) []*Result {
+	g := append([]*Result(nil), rs...)
+	sort.SliceStable(g, func(i, j int) bool { return g[i].OpsPerSec < g[j].OpsPerSec })
+	return g
+}
+
+// median is the middle run of runs sorted by byThroughput.
+func median(sorted []*Result) *Result { return sorted[len(sorted)/2] }
+
+func securityText(s string) string {
+	if s == "" {
+		return "plaintext"
+	}
+	return s
 }

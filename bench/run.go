@@ -96,7 +96,7 @@ func (r *runner) forEachRun(ctx context.Context, emit func(*Result),
 				return err
 			}
 			res := &Result{
-				Mode: r.cfg.Mode, Target: target, Address: addr, Leader: leader,
+				Mode: r.cfg.Mode, Target: target, Address: addr, Leader: leader, Security: r.c.security,
 				Callers: callers, Volumes: r.cfg.Volumes, Errors: map[string]int64{},
 			}
 			if r.cfg.Mode == ModeRelease {

@@ -44,7 +44,7 @@ mutual TLS.
 
 Examples:
   claimd bench -address 127.0.0.1:4647 -callers 1,16,64,256 -target leader,follower
-  claimd bench -ca-cert ca.pem -client-cert client.pem -client-key client-key.pem -token SECRET
+  CLAIMD_TOKEN=... claimd bench -ca-cert ca.pem -client-cert client.pem -client-key client-key.pem
   claimd bench -mode contended -volumes 8 -callers 64 -json
   claimd bench -mode release -volumes 1000
   claimd bench -report results.jsonl   (markdown tables from -json output)
