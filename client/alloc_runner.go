@@ -181,39 +181,42 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 		mode = structs.ClaimModeRead
 	}
 	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
-	backoff := newBackoff(250*time.Millisecond, 10*time.Second)
-	var claim structs.VolumeClaimResponse
+	claimBackoff := newBackoff(250*time.Millisecond, 10*time.Second)
+	mountBackoff := newBackoff(250*time.Millisecond, 10*time.Second)
 	for {
-		claim = structs.VolumeClaimResponse{}
+		// Every mount attempt follows a claim that is live now (a re-claim
+		// of a live claim answers the same claim): a retry after a failed
+		// mount must not mount a volume whose claim the servers released
+		// meanwhile (the allocation was stopped while the plugin was away,
+		// and its node detach already ran).
+		var claim structs.VolumeClaimResponse
 		err := r.a.conn.call(ctx, "Volume.Claim", claimReq, &claim)
-		if err == nil {
-			break
+		if err != nil {
+			if !retryableClaimError(err) {
+				return structs.Wrap(err, fmt.Sprintf("claim volume %q", req.VolumeID))
+			}
+			r.a.logger.Debug("claim not granted yet; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
+			if !sleepCtx(ctx, claimBackoff.next()) {
+				return ctx.Err()
+			}
+			continue
 		}
-		if !retryableClaimError(err) {
-			return structs.Wrap(err, fmt.Sprintf("claim volume %q", req.VolumeID))
+		claimBackoff.reset()
+		// The claim answer carries the volume with its secrets (NodeStage
+		// may need them); read endpoints never return secrets.
+		vol := claim.Volume
+		if vol == nil {
+			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("claim of volume %q came back without the volume", req.VolumeID))
 		}
-		r.a.logger.Debug("claim not granted yet; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
-		if !sleepCtx(ctx, backoff.next()) {
-			return ctx.Err()
+		mm, err := r.a.mountManager(vol.PluginID)
+		if err != nil {
+			return err
 		}
-	}
-	// The claim answer carries the volume with its secrets (NodeStage may
-	// need them); read endpoints never return secrets.
-	vol := claim.Volume
-	if vol == nil {
-		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("claim of volume %q came back without the volume", req.VolumeID))
-	}
-	mm, err := r.a.mountManager(vol.PluginID)
-	if err != nil {
-		return err
-	}
-	var pctx map[string]string
-	if claim.Claim != nil {
-		pctx = claim.Claim.PublishContext
-	}
-	backoff.reset()
-	for {
-		_, err := mm.MountVolume(ctx, vol, alloc.ID, req.ReadOnly, pctx)
+		var pctx map[string]string
+		if claim.Claim != nil {
+			pctx = claim.Claim.PublishContext
+		}
+		_, err = mm.MountVolume(ctx, vol, alloc.ID, req.ReadOnly, pctx)
 		if err == nil {
 			return nil
 		}
@@ -221,7 +224,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 			return structs.Wrap(err, fmt.Sprintf("mount volume %q", req.VolumeID))
 		}
 		r.a.logger.Warn("mount failed; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
-		if !sleepCtx(ctx, backoff.next()) {
+		if !sleepCtx(ctx, mountBackoff.next()) {
 			return ctx.Err()
 		}
 	}

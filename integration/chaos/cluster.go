@@ -44,6 +44,11 @@ type Cluster interface {
 	// Client returns an API client bound to one server, dialling as the
 	// workload's host does (so partitions apply to it as configured).
 	Client(server string) *api.Client
+	// WorkloadClient is Client with the workload's own credentials: when
+	// ACLs are on, a token whose policy grants exactly what the workload
+	// calls; otherwise the same as Client. Client stays the operator's
+	// (setup, final reads, nemeses, checks).
+	WorkloadClient(server string) *api.Client
 	// Workers lists the client nodes; Controller is the controller
 	// plugin's audit log.
 	Workers() []Worker

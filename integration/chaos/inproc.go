@@ -354,6 +354,10 @@ func (ip *inProcess) Client(name string) *api.Client {
 	return c
 }
 
+// WorkloadClient implements Cluster: this backend runs plaintext without
+// ACLs, so the workload's client is an ordinary one.
+func (ip *inProcess) WorkloadClient(name string) *api.Client { return ip.Client(name) }
+
 func (ip *inProcess) Workers() []Worker { return append([]Worker(nil), ip.workers...) }
 
 func (ip *inProcess) ControllerAudit() string { return ip.plugins[controllerHost].audit }

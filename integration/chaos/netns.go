@@ -42,6 +42,19 @@ package chaos
 //   - Server flags that shorten liveness timers (-heartbeat-ttl and friends)
 //     are passed only when the built binary lists them in `agent -help`, so
 //     this backend runs against older and newer binaries alike.
+//   - Security. By default the cluster runs as production should: mutual
+//     TLS everywhere (a test CA from harness.NewPKI; each server its own
+//     server certificate, each client agent its own client certificate,
+//     every API client the cli certificate) and ACLs on every server. The
+//     certificates name roles (server.global.claimd), not addresses: the
+//     agents verify that name, so namespace IPs need no SANs and the
+//     latency proxies, which relay bytes, are transparent to TLS. Once a
+//     leader is elected the backend bootstraps ACLs; the management token
+//     serves the operator's clients (Client, the backend's probes) and the
+//     workload runs with a token of its own whose policy grants only what
+//     it calls (WorkloadClient, nsWorkloadPolicy). CheckSecured proves at
+//     the end that the cluster really was secured. NetnsOptions.Insecure
+//     (or -chaos.netns-insecure) runs plaintext with ACLs off, to compare.
 //   - Health scans the log files for a Go runtime "panic: " or
 //     "fatal error: " at the start of a line and for race reports, and
 //     reports processes that exited without being killed. It does not bound
@@ -51,6 +64,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -71,6 +85,7 @@ import (
 	"github.com/claimd/claimd/integration/netlab"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 const (
@@ -114,6 +129,10 @@ type NetnsOptions struct {
 	// StartTimeout bounds forming the cluster and registering every node
 	// and plugin (default 60 s).
 	StartTimeout time.Duration
+	// Insecure runs every process in plaintext with ACLs off. By default
+	// the cluster runs mutual TLS with ACLs on (see the package comment of
+	// this file).
+	Insecure bool
 }
 
 func (o *NetnsOptions) setDefaults() {
@@ -155,6 +174,12 @@ type netnsCluster struct {
 	bin     string
 	opts    NetnsOptions
 	logDir  string
+	dataDir string
+	// pki is the test CA and certificates (nil with Insecure); cliTLS is
+	// the API clients' TLS configuration, made once from its cli
+	// certificate.
+	pki     *harness.PKI
+	cliTLS  *tls.Config
 	root    string // hostdir root shared by every plugin
 	names   []string
 	servers map[string]*nsServer
@@ -169,6 +194,9 @@ type netnsCluster struct {
 	latency  time.Duration
 	allProcs []*nsProc
 	stopping bool
+	// mgmtToken is the bootstrap management token, workToken the
+	// workload's; both "" until bootstrapACL made them, and with Insecure.
+	mgmtToken, workToken string
 }
 
 type nsServer struct {
@@ -225,12 +253,17 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		bin:     harness.Binary(t),
 		opts:    opts,
 		logDir:  logDir,
+		dataDir: dataDir,
 		root:    storage,
 		names:   []string{"s1", "s2", "s3"},
 		servers: map[string]*nsServer{},
 		byAddr:  map[string]string{},
 		ctl:     map[string]*api.Client{},
 		proxies: map[string]*netlab.DelayProxy{},
+	}
+	if !opts.Insecure {
+		c.pki = harness.NewPKI(t)
+		c.cliTLS = c.pki.CLIConfig(t)
 	}
 	// Registered after the lab's cleanup, so it runs before it: processes
 	// and proxies stop while the namespaces still exist.
@@ -268,6 +301,10 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 			args = append(args, "-log-json")
 		}
 		args = append(args, supported...)
+		if !opts.Insecure {
+			args = append(args, c.tlsArgs(tlsutil.RoleServer, "server-"+name)...)
+			args = append(args, "-acl-enabled")
+		}
 		args = append(args, opts.ServerArgs...)
 		s.proc = c.newProc(name, name, args, nil)
 	}
@@ -286,6 +323,11 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		return nil
 	}); err != nil {
 		t.Fatalf("netns: cluster did not form: %v%s", err, c.tails())
+	}
+	if !opts.Insecure {
+		if err := c.bootstrapACL(time.Until(deadline)); err != nil {
+			t.Fatalf("netns: ACL bootstrap: %v%s", err, c.tails())
+		}
 	}
 
 	// Every plugin before any agent: an agent registers its node with the
@@ -347,8 +389,8 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 	for _, w := range all {
 		desc = append(desc, w.name+"="+w.nodeID)
 	}
-	t.Logf("netns: cluster up (servers %s, proxies %v): nodes %s; logs in %s",
-		strings.Join(servers, ","), !opts.DirectPeers, strings.Join(desc, " "), c.logDir)
+	t.Logf("netns: cluster up (servers %s, proxies %v, mutual TLS and ACLs %v): nodes %s; logs in %s",
+		strings.Join(servers, ","), !opts.DirectPeers, !opts.Insecure, strings.Join(desc, " "), c.logDir)
 	return c
 }
 
@@ -403,6 +445,10 @@ func (c *netnsCluster) newWorker(host string, mode hostdir.Mode, sockDir, dataDi
 	if c.opts.LogJSON {
 		aargs = append(aargs, "-log-json")
 	}
+	// A client certificate of its own is all the agent needs to register
+	// its new node (no token), through whichever server it reaches first;
+	// after that the node's secret authenticates it.
+	aargs = append(aargs, c.tlsArgs(tlsutil.RoleClient, "client-"+host)...)
 	w.agent = c.newProc(host+"-agent", host, aargs, nil)
 	return w
 }
@@ -467,16 +513,48 @@ func (c *netnsCluster) worker(name string) (*nsWorker, error) {
 
 // Client implements Cluster: a new client on every call (the caller closes
 // it; the backend also closes every one at test end), dialling the
-// server's direct address from the workload namespace. Each caller gets
-// its own session, so one caller's dial to an unreachable server never
-// holds up another's calls. It panics on an unknown server, a bug in the
-// caller.
+// server's direct address from the workload namespace, with the cli
+// certificate and the management token (the operator's client). Each
+// caller gets its own session, so one caller's dial to an unreachable
+// server never holds up another's calls. It panics on an unknown server, a
+// bug in the caller.
 func (c *netnsCluster) Client(server string) *api.Client {
+	cfg := c.apiConfig(server, 30*time.Second)
+	cfg.TokenFunc = c.managementToken
+	return c.keepClient(server, cfg)
+}
+
+// WorkloadClient implements Cluster: as Client, but with the workload's
+// token (nsWorkloadPolicy) instead of the management token.
+func (c *netnsCluster) WorkloadClient(server string) *api.Client {
+	cfg := c.apiConfig(server, 30*time.Second)
+	c.mu.Lock()
+	cfg.Token = c.workToken
+	c.mu.Unlock()
+	return c.keepClient(server, cfg)
+}
+
+// apiConfig is an api client configuration for a server's direct address,
+// dialled from the workload namespace, with the cli certificate unless
+// the cluster is insecure, and no token.
+func (c *netnsCluster) apiConfig(server string, timeout time.Duration) api.Config {
 	s, err := c.server(server)
 	if err != nil {
 		panic(err.Error())
 	}
-	cl, err := api.NewClient(api.Config{Addresses: []string{s.addr}, Timeout: 30 * time.Second, Dialer: c.lab.Dialer(nsWorkloadHost)})
+	return api.Config{Addresses: []string{s.addr}, Timeout: timeout, Dialer: c.lab.Dialer(nsWorkloadHost), TLS: c.cliTLS}
+}
+
+// managementToken is the management token, "" before the bootstrap.
+func (c *netnsCluster) managementToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mgmtToken
+}
+
+// keepClient makes a client that the backend closes at test end.
+func (c *netnsCluster) keepClient(server string, cfg api.Config) *api.Client {
+	cl, err := api.NewClient(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("netns: api client for %s: %v", server, err))
 	}
@@ -488,19 +566,17 @@ func (c *netnsCluster) Client(server string) *api.Client {
 
 // control is the backend's own client for a server, one per server: short
 // timeouts and no no_leader retries, so probes such as Leader never wait
-// long.
+// long. It sends the management token once there is one.
 func (c *netnsCluster) control(server string) *api.Client {
-	s, err := c.server(server)
-	if err != nil {
-		panic(err.Error())
-	}
+	cfg := c.apiConfig(server, 10*time.Second)
+	cfg.RetryNoLeaderFor = -1
+	cfg.TokenFunc = c.managementToken
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl, ok := c.ctl[server]; ok {
 		return cl
 	}
-	cl, err := api.NewClient(api.Config{Addresses: []string{s.addr}, Timeout: 10 * time.Second,
-		RetryNoLeaderFor: -1, Dialer: c.lab.Dialer(nsWorkloadHost)})
+	cl, err := api.NewClient(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("netns: api client for %s: %v", server, err))
 	}

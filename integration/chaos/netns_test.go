@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -164,7 +165,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 		return func() { t.Logf("step %-28s %6.2fs", name, time.Since(start).Seconds()) }
 	}
 	done := step("start")
-	c := NewNetns(t, NetnsOptions{}).(*netnsCluster)
+	c := NewNetns(t, nsTestOptions()).(*netnsCluster)
 	servers := c.Servers()
 	client := nsClients(c)
 	leader := nsWaitAgree(t, c)
@@ -366,6 +367,7 @@ func TestNetns_ClusterFormsAndFaultsWork(t *testing.T) {
 	if err := c.Health(); err != nil {
 		t.Fatalf("health exp: nil got: %v", err)
 	}
+	nsCheckSecured(t, c)
 	dir := t.TempDir()
 	if err := c.SaveLogs(dir); err != nil {
 		t.Fatal(err)
@@ -412,6 +414,75 @@ func TestChaos_Netns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run skipped in -short mode")
 	}
-	c := NewNetns(t, NetnsOptions{})
+	c := NewNetns(t, nsTestOptions()).(*netnsCluster)
 	Run(t, c, Options{Duration: *FlagDuration, Seed: *FlagSeed})
+	nsCheckSecured(t, c)
+}
+
+// flagNetnsInsecure runs the network-namespace tests in plaintext with
+// ACLs off, to compare a failure or a run time with the secured default.
+var flagNetnsInsecure = flag.Bool("chaos.netns-insecure", false, "run the network-namespace cluster without TLS and ACLs (default: mutual TLS and ACLs on)")
+
+// nsTestOptions are the backend options the flags ask for.
+func nsTestOptions() NetnsOptions {
+	return NetnsOptions{Insecure: *flagNetnsInsecure}
+}
+
+// nsCheckSecured fails the test unless the cluster ran with mutual TLS and
+// ACLs (see CheckSecured), and logs the servers' security counters.
+func nsCheckSecured(t *testing.T, c *netnsCluster) {
+	t.Helper()
+	if c.opts.Insecure {
+		t.Logf("netns: ran in plaintext with ACLs off (-chaos.netns-insecure)")
+		return
+	}
+	t.Logf("netns: security counters since each server's last start:\n%s", c.SecurityCounters())
+	if err := c.CheckSecured(); err != nil {
+		t.Errorf("netns: cluster not secured as required:\n%v", err)
+		return
+	}
+	t.Logf("netns: secured: every server started with tls=true acl=true; no call was refused for lack of permission but by a server " +
+		"whose state was behind (logged above); plaintext, certificate-less and token-less calls are refused; the workload token is held to its policy")
+}
+
+// TestNetns_SecurityLogParsing checks, without a cluster, how CheckSecured
+// reads server logs: the security settings of "server started" (text and
+// JSON lines) and the node and remote of a node-secret refusal.
+func TestNetns_SecurityLogParsing(t *testing.T) {
+	text := `2026-12-04T15:09:18.285Z [INFO]  claimd.server: server started: id=730825dc name=s3 addr=10.213.7.12:4648 bootstrap_expect=3 had_state=false tls=true tls_allow_plaintext=false acl=true`
+	if got, exp := nsStartOf(text), (nsStart{tls: "true", plaintext: "false", acl: "true"}); got != exp {
+		t.Fatalf("text line exp: %+v got: %+v", exp, got)
+	}
+	js := `{"@level":"info","@message":"server started","tls":false,"tls_allow_plaintext":false,"acl":true}`
+	if got, exp := nsStartOf(js), (nsStart{tls: "false", plaintext: "false", acl: "true"}); got != exp {
+		t.Fatalf("JSON line exp: %+v got: %+v", exp, got)
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "s2.log")
+	content := "=== netns: start 1 of s2 in s2 at 2026-12-04T15:16:29.71846952Z\n" +
+		`2026-12-04T15:16:30.000Z [WARN]  claimd.server: permission denied: method=Volume.List reason="ACL token not found" remote=10.213.7.16:1` + "\n" +
+		"=== netns: start 2 of s2 in s2 at 2026-12-04T15:16:34.689671656Z\n" + text + "\n" +
+		`2026-12-04T15:16:34.730Z [WARN]  claimd.server: permission denied: method=Status.StateDigest reason="ACL token not found" remote=10.213.7.16:60172` + "\n"
+	if err := os.WriteFile(log, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	starts, denied, err := nsScanSecurity(log)
+	if err != nil || len(starts) != 1 || len(denied) != 2 {
+		t.Fatalf("scan exp: 1 start and 2 refusals got: %v %v %v", starts, denied, err)
+	}
+	if d := denied[0]; d.restarted || d.sinceStart < 0 {
+		t.Fatalf("refusal after the first start exp: not restarted, a time got: %+v", d)
+	}
+	if d := denied[1]; !d.restarted || d.sinceStart < 40*time.Millisecond || d.sinceStart > 41*time.Millisecond {
+		t.Fatalf("refusal after the restart exp: restarted, 40ms after it got: %+v", d)
+	}
+	for _, line := range []string{
+		`2026-12-04T15:09:35.933Z [WARN]  claimd.server: permission denied: method=Alloc.List reason="the token does not grant alloc:read and is not node \"3268cf49-2bee\"'s secret" remote=10.213.7.14:46468`,
+		`{"@level":"warn","@message":"permission denied","method":"Alloc.List","reason":"the token does not grant alloc:read and is not node \"3268cf49-2bee\"'s secret","remote":"10.213.7.14:46468"}`,
+	} {
+		m, r := nsDeniedNode.FindStringSubmatch(line), nsDeniedRemote.FindStringSubmatch(line)
+		if m == nil || r == nil || m[1] != "3268cf49-2bee" || r[1] != "10.213.7.14" {
+			t.Fatalf("refusal of %s exp: node 3268cf49-2bee from 10.213.7.14 got: %q %q", line, m, r)
+		}
+	}
 }

@@ -235,6 +235,9 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	}
 	res.Notes["volumes checked by allocation (whole check too slow)"] = len(lin.ByParts)
 	problems = append(problems, checkAcknowledged(ops)...)
+	if err := checkNoDenials(ops); err != nil {
+		fail("%v", err)
+	}
 	res.Notes["first claims answered as not new (a retried call)"] = notNewFirstClaims(ops)
 
 	// Release everything and check liveness, state and the plugins' view.
@@ -565,6 +568,31 @@ func stopAll(w *workload, admin *api.Client) error {
 		ids = ids[n:]
 	}
 	return nil
+}
+
+// checkNoDenials fails a run in which the servers refused any workload
+// call for lack of permission. The workload counts such a refusal as a
+// definite "not applied", which the checkers accept, so a token missing a
+// capability would otherwise pass as a run where, say, every claim was
+// refused.
+func checkNoDenials(ops []Op) error {
+	byKind := map[OpKind]int{}
+	n := 0
+	var first string
+	for _, o := range ops {
+		if o.Code != string(structs.CodePermissionDenied) {
+			continue
+		}
+		if n == 0 {
+			first = o.Err
+		}
+		n++
+		byKind[o.Kind]++
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("workload calls refused for lack of permission exp: 0 got: %d %v (first: %s)", n, byKind, first)
 }
 
 // notNewFirstClaims counts identities whose first acknowledged claim said

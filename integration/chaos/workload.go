@@ -66,12 +66,13 @@ type workload struct {
 }
 
 // start launches the callers (each with its own client, bound to one
-// server, round robin) and the mount runners.
+// server, round robin) and the mount runners, all with the workload's
+// credentials (Cluster.WorkloadClient).
 func (w *workload) start(seed int64, callers, mountRunners int) []*api.Client {
 	servers := w.c.Servers()
 	var clients []*api.Client
 	for i := 0; i < callers; i++ {
-		cl := w.c.Client(servers[i%len(servers)])
+		cl := w.c.WorkloadClient(servers[i%len(servers)])
 		clients = append(clients, cl)
 		c := &caller{w: w, id: i, api: cl, rng: rand.New(rand.NewPCG(uint64(seed), uint64(i)))}
 		w.wg.Add(1)
@@ -81,7 +82,7 @@ func (w *workload) start(seed int64, callers, mountRunners int) []*api.Client {
 		}()
 	}
 	for i := 0; i < mountRunners; i++ {
-		cl := w.c.Client(servers[(i+1)%len(servers)])
+		cl := w.c.WorkloadClient(servers[(i+1)%len(servers)])
 		clients = append(clients, cl)
 		m := &mountRunner{w: w, id: i, api: cl, rng: rand.New(rand.NewPCG(uint64(seed), uint64(1000+i)))}
 		w.wg.Add(1)
