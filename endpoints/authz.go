@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/claimd/claimd/acl"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
@@ -63,11 +65,13 @@ var methodAccess = map[string]access{
 	"Status.HasNodeConn": {kind: serverOnly},
 	"Status.StateDigest": capability(acl.Operator, acl.Read),
 	"Status.Runtime":     capability(acl.Operator, acl.Read),
+	"Status.RaftStats":   {kind: serverOnly},
 
 	"Operator.RaftGetConfiguration": capability(acl.Operator, acl.Read),
 	"Operator.RaftRemovePeer":       capability(acl.Operator, acl.Write),
 	"Operator.RaftJoin":             {kind: serverCertKind},
 	"Operator.TransferLeadership":   capability(acl.Operator, acl.Write),
+	"Operator.RaftHealth":           capability(acl.Operator, acl.Read),
 
 	"Volume.Register":   capability(acl.Volume, acl.Register),
 	"Volume.Deregister": capability(acl.Volume, acl.Deregister),
@@ -280,6 +284,14 @@ func (c *caller) isNode(nodeID string) bool {
 func (c *caller) allowNode(a *authz, method, nodeID string) error {
 	if c.isNode(nodeID) || c.granted() {
 		return nil
+	}
+	if nodeID != "" && c.srv.Raft().State() != raft.Leader {
+		// A follower answering a stale read may not have applied the
+		// node's registration yet: that is "not yet", not "no".
+		if n, err := c.srv.State().NodeByID(nil, nodeID); err == nil && n == nil {
+			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+				"%s: this server does not know node %q yet; retry", method, nodeID))
+		}
 	}
 	if nodeID == "" {
 		return a.deny(method, fmt.Sprintf("the token does not grant %s:%s", c.need.res, c.need.cap))
