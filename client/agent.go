@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -39,6 +40,8 @@ type Agent struct {
 	// registeredCh is closed once the node first registered.
 	registeredCh   chan struct{}
 	registeredOnce sync.Once
+	// heartbeatOK: the last register or heartbeat succeeded (Health).
+	heartbeatOK atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -222,6 +225,7 @@ func (a *Agent) heartbeatLoop() {
 				return
 			}
 			a.logger.Warn("heartbeat failed; retrying", "registered", registered, "error", err)
+			a.heartbeatOK.Store(false)
 			registered = false
 			wait = 500 * time.Millisecond
 			// A server that cannot reach a leader cannot keep this node
@@ -231,6 +235,7 @@ func (a *Agent) heartbeatLoop() {
 			}
 		} else {
 			registered = true
+			a.heartbeatOK.Store(true)
 			a.registeredOnce.Do(func() { close(a.registeredCh) })
 			if resp.HeartbeatTTL > 0 {
 				ttl = resp.HeartbeatTTL

@@ -52,6 +52,13 @@ func (s *serverConn) setServers(addrs []string) {
 	}
 }
 
+// live reports whether a session to a server is open now.
+func (s *serverConn) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil && !s.conn.IsClosed()
+}
+
 func (s *serverConn) connectedCh() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 
 	"github.com/claimd/claimd/acl"
@@ -245,6 +246,7 @@ func (a *authz) isServerToken(token string) bool {
 // Neither the log line nor the error carries the token.
 func (a *authz) deny(method, why string) error {
 	a.srv.Security().ACLDenied.Add(1)
+	metrics.IncrCounterWithLabels([]string{"acl", "denied"}, 1, []metrics.Label{{Name: "method", Value: method}})
 	a.srv.Logger().Warn("permission denied", "method", method, "reason", why, "remote", a.conn.Remote)
 	return structs.NewError(structs.CodePermissionDenied, method+": "+why)
 }

@@ -68,6 +68,9 @@ type Server interface {
 	// ACLResetIndex is the index an operator wrote to acl-bootstrap-reset
 	// in this server's data dir (0 if none): see ACL.Bootstrap.
 	ACLResetIndex() uint64
+	// RaftHealth is the leader's autopilot view of every server (no_leader
+	// on a server that does not lead).
+	RaftHealth() (*structs.RaftHealthResponse, error)
 }
 
 // NewClientCSI gives the server (and its watcher) the ClientCSI shim

@@ -50,7 +50,7 @@ func (f *Forwarder) Pool() *Pool { return f.pool }
 // stale read, a request already forwarded once, or this server is the
 // leader. Otherwise it sends the request to the leader (holding while there
 // is none) and returns done=true with the leader's answer in reply.
-func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any) (done bool, err error) {
 	if info.IsRead() && info.AllowStaleRead() {
 		return false, nil
 	}
@@ -63,6 +63,15 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		return false, nil
 	}
 
+	// Counted and timed when the leader (or the hold) answers: the time a
+	// caller waits on this hop, a held request's wait for a leader
+	// included.
+	start := time.Now()
+	defer func() {
+		if done {
+			countForward(method, start, err)
+		}
+	}()
 	deadline := time.NewTimer(f.hold)
 	defer deadline.Stop()
 	for {

@@ -61,3 +61,11 @@ func (r *NodeConns) Get(nodeID string) (*NodeConn, bool) {
 	}
 	return c, ok
 }
+
+// Len is how many client sessions this server holds (for the
+// client_sessions gauge).
+func (r *NodeConns) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
+}

@@ -161,15 +161,8 @@ func relaxGC() func() {
 
 func restoreStore(r io.Reader) (*StateStore, error) {
 	dec := codec.NewDecoder(bufio.NewReaderSize(r, 64<<10), structs.MsgpackHandle)
-	var hdr snapshotHeader
-	if err := dec.Decode(&hdr); err != nil {
-		return nil, fmt.Errorf("restore: read header: %w", err)
-	}
-	if hdr.Magic != snapshotMagic {
-		return nil, fmt.Errorf("restore: not a claimd snapshot (magic %q)", hdr.Magic)
-	}
-	if hdr.Version != snapshotVersion {
-		return nil, fmt.Errorf("restore: snapshot version %d, this server reads only %d", hdr.Version, snapshotVersion)
+	if err := readSnapshotHeader(dec); err != nil {
+		return nil, err
 	}
 	tables := make(map[recordKind]string, len(snapshotTables))
 	news := make(map[recordKind]func() any, len(snapshotTables))

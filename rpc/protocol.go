@@ -22,6 +22,9 @@ const (
 	ProtoMux Protocol = 0x03
 	// ProtoTLS wraps the connection in TLS, then the inner byte follows.
 	ProtoTLS Protocol = 0x04
+	// ProtoSnapshot carries one snapshot save or restore (package
+	// snapshot): archives are larger than one RPC request may be.
+	ProtoSnapshot Protocol = 0x05
 )
 
 func (p Protocol) String() string {
@@ -34,6 +37,8 @@ func (p Protocol) String() string {
 		return "mux"
 	case ProtoTLS:
 		return "tls"
+	case ProtoSnapshot:
+		return "snapshot"
 	}
 	return "unknown"
 }

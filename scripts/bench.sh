@@ -150,7 +150,7 @@ start_cluster() {
 		local name="s$((i + 1))"
 		local debug=()
 		if [[ -n "$PPROF" ]]; then debug=(-debug-addr "${DEBUG_ADDRS[$i]}"); fi
-		"$CLAIMD" agent -server -bootstrap-expect 3 -join "$JOIN" -bind "${addrs[$i]}" \
+		"$CLAIMD" agent -server -bootstrap-expect 3 -join "$JOIN" -bind "${addrs[$i]}" -http-addr off \
 			-data-dir "$dir/$name" -node-name "$name" "${extra[@]}" "${debug[@]}" >"$dir/$name.log" 2>&1 &
 		PIDS+=($!)
 	done

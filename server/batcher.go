@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
+
 	"github.com/claimd/claimd/structs"
 )
 
@@ -48,6 +50,8 @@ type pending[Req, Res any] struct {
 // applies one batch and returns a result per item, in order, or an error
 // that every item of the batch gets.
 type batcher[Req, Res any] struct {
+	// name labels the batcher's metrics ("claim", "checkpoint").
+	name     string
 	commitFn func([]Req) ([]Res, uint64, error)
 	queue    chan *pending[Req, Res]
 	inflight chan struct{}
@@ -58,8 +62,9 @@ type batcher[Req, Res any] struct {
 	expect atomic.Int64
 }
 
-func newBatcher[Req, Res any](commit func([]Req) ([]Res, uint64, error), stopCh <-chan struct{}) *batcher[Req, Res] {
+func newBatcher[Req, Res any](name string, commit func([]Req) ([]Res, uint64, error), stopCh <-chan struct{}) *batcher[Req, Res] {
 	return &batcher[Req, Res]{
+		name:     name,
 		commitFn: commit,
 		queue:    make(chan *pending[Req, Res], batchQueueLen),
 		inflight: make(chan struct{}, maxBatchesInFlight),
@@ -143,7 +148,11 @@ func (b *batcher[Req, Res]) commit(batch []*pending[Req, Res]) {
 	for i, p := range batch {
 		reqs[i] = p.req
 	}
+	labels := []metrics.Label{{Name: "batch", Value: b.name}}
+	metrics.AddSampleWithLabels([]string{"batch", "size"}, float32(len(batch)), labels)
+	start := time.Now()
 	results, index, err := b.commitFn(reqs)
+	metrics.MeasureSinceWithLabels([]string{"batch", "commit_time"}, start, labels)
 	// Counted before anyone is answered, so that an answered caller's next
 	// request is not counted twice.
 	b.expect.Store(int64(min(len(batch)+len(b.queue), maxItemsPerBatch)))

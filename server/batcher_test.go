@@ -40,7 +40,7 @@ func (e *echoCommit) commit(reqs []int) ([]int, uint64, error) {
 
 func startBatcher(t testing.TB, commit func([]int) ([]int, uint64, error)) (*batcher[int, int], func()) {
 	stop := make(chan struct{})
-	b := newBatcher(commit, stop)
+	b := newBatcher("test", commit, stop)
 	done := make(chan struct{})
 	go func() { b.run(); close(done) }()
 	return b, func() { close(stop); <-done }

@@ -26,10 +26,13 @@ type bootstrapper struct {
 	bootstrapped bool
 	joined       bool
 	wake         chan struct{}
+
+	// Used by run only: when this server started, and its last join request.
+	started, lastJoin time.Time
 }
 
 func newBootstrapper(s *Server) *bootstrapper {
-	b := &bootstrapper{s: s, known: map[string]structs.ServerInfo{}, wake: make(chan struct{}, 1)}
+	b := &bootstrapper{s: s, known: map[string]structs.ServerInfo{}, wake: make(chan struct{}, 1), started: time.Now()}
 	b.known[s.id] = s.Self()
 	return b
 }
@@ -73,23 +76,44 @@ func (b *bootstrapper) name(id string) string {
 	return b.known[id].Name
 }
 
-// run retries the join addresses until this server is part of a cluster.
+// run retries the join addresses until this server is part of a cluster,
+// and keeps checking that it stays one: a server the cluster removed while
+// it was away (remove-peer, dead-server cleanup) may hear from the leader
+// once more after it is back and learn of its removal only later, or never
+// hear from a leader again while its own configuration still lists it; in
+// both cases it asks to be added again. It stops when the server leaves.
 func (b *bootstrapper) run() {
 	s := b.s
 	if s.cfg.BootstrapExpect == 1 && !s.hasState() {
 		b.bootstrap([]structs.ServerInfo{s.Self()})
 	}
+	member := false
 	for {
-		if b.done() {
+		if s.leaving.Load() {
 			return
 		}
-		clusterAt := b.exchange()
-		// A new server, or one that was removed and restarted, asks to be
-		// added; a member restarted on its data dir just waits for a leader.
-		if clusterAt != "" && !s.inConfig() {
-			b.joinCluster(clusterAt)
+		if b.done() {
+			if !member {
+				s.logger.Info("cluster membership confirmed")
+			}
+			member = true
 		} else {
-			b.maybeBootstrap()
+			member = false
+			clusterAt, clusterLeads := b.exchange()
+			// A new server, or one that was removed, asks to be added; a
+			// member restarted on its data dir waits for a leader, unless
+			// the cluster has one it has not heard from for two heartbeat
+			// timeouts (RaftJoin leaves a member already in the
+			// configuration alone). At most one request per JoinInterval.
+			stranded := clusterLeads && !b.leaderKnown() && b.unheardFor() > 2*s.raft.Raft.ReloadableConfig().HeartbeatTimeout
+			if clusterAt != "" && !s.leaving.Load() && (!s.inConfig() || stranded) {
+				if time.Since(b.lastJoin) >= s.cfg.JoinInterval {
+					b.lastJoin = time.Now()
+					b.joinCluster(clusterAt)
+				}
+			} else {
+				b.maybeBootstrap()
+			}
 		}
 		select {
 		case <-b.wake:
@@ -102,26 +126,28 @@ func (b *bootstrapper) run() {
 
 // done: this server has a leader and is in its configuration.
 func (b *bootstrapper) done() bool {
-	r := b.s.raft.Raft
-	if addr, _ := r.LeaderWithID(); addr == "" {
-		return false
+	return b.leaderKnown() && b.s.inConfig()
+}
+
+func (b *bootstrapper) leaderKnown() bool {
+	addr, _ := b.s.raft.Raft.LeaderWithID()
+	return addr != ""
+}
+
+// unheardFor is how long this server has not heard from a leader (since it
+// started, if it never has).
+func (b *bootstrapper) unheardFor() time.Duration {
+	last := b.s.raft.Raft.LastContact()
+	if last.Before(b.started) {
+		last = b.started
 	}
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == b.s.id {
-			b.s.logger.Info("cluster membership confirmed; join loop done")
-			return true
-		}
-	}
-	return false
+	return time.Since(last)
 }
 
 // exchange says hello to every join address and returns the address of a
-// server that belongs to a formed cluster, if any answered so.
-func (b *bootstrapper) exchange() (clusterAt string) {
+// server that belongs to a formed cluster, if any answered so, and whether
+// one of them knows a leader.
+func (b *bootstrapper) exchange() (clusterAt string, clusterLeads bool) {
 	s := b.s
 	self := s.Self()
 	b.mu.Lock()
@@ -146,8 +172,9 @@ func (b *bootstrapper) exchange() (clusterAt string) {
 		if resp.Self.HasState || resp.Leader != "" {
 			clusterAt = addr
 		}
+		clusterLeads = clusterLeads || resp.Leader != ""
 	}
-	return clusterAt
+	return clusterAt, clusterLeads
 }
 
 // joinCluster asks an existing cluster (through any of its servers, which

@@ -44,6 +44,9 @@ type Config struct {
 	ReleaseBackoffMax  time.Duration
 	// ClaimGCInterval is how often the claim GC runs (0 = 5 min).
 	ClaimGCInterval time.Duration
+	// Autopilot tunes the leader's Raft health checks and dead-server
+	// cleanup (server/autopilot.go).
+	Autopilot AutopilotConfig
 
 	// TLS, when set, secures the port: incoming connections must be TLS
 	// (unless TLSAllowPlaintext) and outgoing ones are.

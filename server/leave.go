@@ -15,6 +15,7 @@ import (
 // over first if it leads, then shuts it down. The remaining servers keep
 // their quorum arithmetic right instead of counting a dead member.
 func (s *Server) Leave(timeout time.Duration) error {
+	s.leaving.Store(true) // this removal is wanted: do not join again
 	deadline := time.Now().Add(timeout)
 	r := s.raft.Raft
 	if r.State() == raft.Leader {

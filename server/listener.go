@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics/compat"
+
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/tlsutil"
@@ -83,13 +85,15 @@ func (s *Server) handleConn(conn net.Conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.newRPCServer(info).ServeCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes))
+		s.newRPCServer(info).ServeCodec(measureCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes)))
 	case rpc.ProtoMux:
 		if !s.track(conn) {
 			return
 		}
 		defer s.untrack(conn)
 		s.serveMux(conn, info)
+	case rpc.ProtoSnapshot:
+		s.serveSnapshot(conn, info) // snapshot.go
 	default:
 		s.refuse(conn, "unknown protocol byte", "byte", byte(p))
 	}
@@ -105,6 +109,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	release, why := s.openSlot(conn)
 	if release == nil {
 		s.security.OpeningRefused.Add(1)
+		metrics.IncrCounter([]string{"rpc", "opening_refused"}, 1)
 		// One line a second at most: a flood must not flood the log too.
 		if now := time.Now().UnixNano(); now-s.lastOpenRefusalLog.Load() > int64(time.Second) {
 			s.lastOpenRefusalLog.Store(now)
@@ -133,6 +138,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	if p != rpc.ProtoTLS {
 		if s.cfg.TLS != nil && !s.cfg.TLSAllowPlaintext {
 			s.security.PlaintextRefused.Add(1)
+			metrics.IncrCounter([]string{"tls", "plaintext_refused"}, 1)
 			s.refuse(conn, "plaintext connection refused: TLS is required", "byte", b[0])
 			return info, 0, nil, false
 		}
@@ -145,6 +151,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig())
 	if err != nil {
 		s.security.TLSHandshakeFails.Add(1)
+		metrics.IncrCounter([]string{"tls", "handshake_failures"}, 1)
 		s.refuse(conn, "TLS handshake failed", "error", err)
 		return info, 0, nil, false
 	}
@@ -215,6 +222,6 @@ func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
 		if err != nil {
 			return
 		}
-		go rs.ServeCodec(rpc.NewServerCodec(stream, rpc.MaxRequestBytes))
+		go rs.ServeCodec(measureCodec(rpc.NewServerCodec(stream, rpc.MaxRequestBytes)))
 	}
 }

@@ -45,6 +45,8 @@ type Server struct {
 	beats    *watcher.Heartbeats
 	pubs     *endpoints.PublishTracker
 	attach   *watcher.AttachLocks
+	// autopilot checks Raft health and removes dead servers while leading.
+	autopilot *autopilotDuty
 
 	// leaderChanged is closed and replaced at every leadership change this
 	// server observes, waking requests held for a leader.
@@ -57,6 +59,7 @@ type Server struct {
 	readsReady chan struct{}
 
 	boot        *bootstrapper
+	leaving     atomic.Bool // Leave was called: stay out of the configuration
 	claims      *batcher[*structs.VolumeClaimRequest, *structs.ClaimResult]
 	checkpoints *batcher[*structs.ClaimCheckpointRequest, *structs.CheckpointResult]
 
@@ -171,17 +174,23 @@ func New(cfg Config) (*Server, error) {
 	s.fwd = forward.New(s.pool, s, s.shutdownCh)
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers, s.serverToken)
 	s.boot = newBootstrapper(s)
-	s.claims = newBatcher(s.commitClaims, s.shutdownCh)
-	s.checkpoints = newBatcher(s.commitCheckpoints, s.shutdownCh)
+	s.claims = newBatcher("claim", s.commitClaims, s.shutdownCh)
+	s.checkpoints = newBatcher("checkpoint", s.commitCheckpoints, s.shutdownCh)
 	s.pubs = endpoints.NewPublishTracker()
 	s.attach = watcher.NewAttachLocks()
 	s.watcher = watcher.New(watcher.Config{
 		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
 		GCInterval: cfg.ClaimGCInterval, Attach: s.attach, Logger: s.logger,
 	}, s, s, endpoints.NewClientCSI(s))
-	s.beats = watcher.NewHeartbeats(s, s, s.HeartbeatTTL(), s.HeartbeatTTL()/2, s.logger)
+	ttl := cfg.HeartbeatTTL
+	if ttl <= 0 {
+		ttl = defaultHeartbeatTTL
+	}
+	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
 	s.AddLeaderDuty(s.watcher)
 	s.AddLeaderDuty(s.beats)
+	s.autopilot = newAutopilotDuty(s)
+	s.AddLeaderDuty(s.autopilot)
 
 	observations := make(chan raft.Observation, 16)
 	s.raft.Raft.RegisterObserver(raft.NewObserver(observations, false, func(o *raft.Observation) bool {
@@ -195,6 +204,7 @@ func New(cfg Config) (*Server, error) {
 	s.goFunc(func() { s.boot.run() })
 	s.goFunc(func() { s.claims.run() })
 	s.goFunc(func() { s.checkpoints.run() })
+	s.goFunc(func() { s.emitStats() })
 	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
 		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState(),
 		"tls", cfg.TLS != nil, "tls_allow_plaintext", cfg.TLSAllowPlaintext, "acl", cfg.ACLEnabled)
@@ -418,7 +428,9 @@ func (s *Server) Shutdown() error {
 
 // SubmitClaim implements endpoints.Server.
 func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error) {
-	return s.claims.submit(req)
+	res, index, err := s.claims.submit(req)
+	countClaim(req, res, err)
+	return res, index, err
 }
 
 // defaultHeartbeatTTL is how soon a node must heartbeat. 10 s at production
@@ -426,13 +438,9 @@ func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimRes
 // that a dead node's claims start waiting for it within seconds.
 const defaultHeartbeatTTL = 10 * time.Second
 
-// HeartbeatTTL implements endpoints.Server.
-func (s *Server) HeartbeatTTL() time.Duration {
-	if s.cfg.HeartbeatTTL > 0 {
-		return s.cfg.HeartbeatTTL
-	}
-	return defaultHeartbeatTTL
-}
+// HeartbeatTTL implements endpoints.Server. The heartbeat timers hold it:
+// SetHeartbeatTTL may change it while the server runs.
+func (s *Server) HeartbeatTTL() time.Duration { return s.beats.TTL() }
 
 // Watcher implements endpoints.Server.
 func (s *Server) Watcher() *watcher.Watcher { return s.watcher }

@@ -135,3 +135,21 @@ func Wrap(err error, context string) error {
 func stripCode(msg string, code ErrorCode) string {
 	return strings.TrimPrefix(msg, string(code)+": ")
 }
+
+// CodeOf returns the code of err for metric labels: "" for nil, the code
+// of a coded error (also one that crossed net/rpc, see ParseError), and
+// "error" for an error without a code.
+func CodeOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ce *CodedError
+	if errors.As(ParseError(err), &ce) {
+		return string(ce.Code)
+	}
+	var coder interface{ ClaimdCode() ErrorCode }
+	if errors.As(err, &coder) {
+		return string(coder.ClaimdCode())
+	}
+	return "error"
+}

@@ -15,12 +15,14 @@ import (
 // runs every GCInterval and on demand (`claimd system gc`).
 
 func (w *Watcher) claimGCLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.GCInterval)
+	t := time.NewTicker(w.gcInterval())
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			w.runClaimGC(false)
+		case <-w.gcReset:
+			t.Reset(w.gcInterval())
 		case reply := <-w.gcNow:
 			reply <- w.runClaimGC(true)
 		case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -109,6 +110,7 @@ func (h *Heartbeats) expire(nodeID string, gen uint64) {
 	delete(h.gens, nodeID)
 	h.mu.Unlock()
 	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
+	metrics.IncrCounter([]string{"heartbeat", "missed"}, 1)
 	req := &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: structs.NodeStatusDown}
 	_, _, err := h.apply.Apply(structs.NodeUpdateStatusRequestType, req)
 	if errors.Is(err, structs.ErrNotFound) {

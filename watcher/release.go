@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -19,7 +20,9 @@ func (e *permanentError) Error() string { return e.reason }
 // nil when the volume has no past claims left. Each step is a checkpoint
 // with the state it expects, so a step that another leader already took is
 // refused (conflict) rather than repeated, and the next pass re-reads.
-func (w *Watcher) releaseVolume(volID string) error {
+// queuedAt is when the volume was queued for this pass: the release clock
+// of a past claim first seen here starts then.
+func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 	state := w.state.State()
 	vol, err := state.VolumeByID(nil, volID)
 	if err != nil {
@@ -31,6 +34,7 @@ func (w *Watcher) releaseVolume(volID string) error {
 	if len(vol.PastClaims) == 0 {
 		return nil
 	}
+	w.clock.observe(volID, structs.SortedKeys(vol.PastClaims), queuedAt)
 	plug, err := state.PluginByID(nil, vol.PluginID)
 	if err != nil {
 		return err
@@ -53,7 +57,9 @@ func (w *Watcher) releaseVolume(volID string) error {
 		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
 			continue
 		}
-		if err := w.nodeDetach(vol, c); err != nil {
+		err := w.nodeDetach(vol, c)
+		countStep(vol.PluginID, stepNodeDetach, err)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("alloc %s on node %s: node detach: %w", c.AllocID, c.NodeID, err))
 			continue
 		}
@@ -63,6 +69,8 @@ func (w *Watcher) releaseVolume(volID string) error {
 		}
 		if err := w.checkpoint(c, next, true); err != nil {
 			errs = append(errs, err)
+		} else if next == structs.ClaimStateFreed {
+			w.clock.freed(volID, c.AllocID, vol.PluginID)
 		}
 	}
 
@@ -74,7 +82,9 @@ func (w *Watcher) releaseVolume(volID string) error {
 	}
 	for _, c := range sortedPast(vol) {
 		if c.State == structs.ClaimStateNodeDetached {
-			if err := w.controllerDetach(vol, c); err != nil {
+			err := w.controllerDetach(vol, c)
+			countStep(vol.PluginID, stepControllerDetach, err)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("alloc %s on node %s: controller detach: %w", c.AllocID, c.NodeID, err))
 				continue
 			}
@@ -82,6 +92,8 @@ func (w *Watcher) releaseVolume(volID string) error {
 		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
 			if err := w.checkpoint(c, structs.ClaimStateFreed, false); err != nil {
 				errs = append(errs, err)
+			} else {
+				w.clock.freed(volID, c.AllocID, vol.PluginID)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	memdb "github.com/hashicorp/go-memdb"
+	metrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
@@ -46,6 +47,7 @@ type Watcher struct {
 	apply  Applier
 	csi    CSI
 	attach *AttachLocks
+	clock  *releaseClock
 
 	pluginMu    sync.Mutex
 	pluginLocks map[string]*sync.Mutex
@@ -58,13 +60,17 @@ type Watcher struct {
 	ready   []string      // volumes waiting for a worker, FIFO
 	kick    chan struct{} // wakes a worker when ready grows
 	gcNow   chan chan int // claim GC requests; the reply is evals created
+	gcReset chan struct{} // the GC interval changed (SetGCInterval)
 }
 
 // volumeWork is the leader's memory of one volume's release.
 type volumeWork struct {
 	queued, running, dirty bool
-	status                 structs.ReleaseStatus
-	timer                  *time.Timer
+	// queuedAt: when it was last queued (starts the release clock of the
+	// past claims that pass finds).
+	queuedAt time.Time
+	status   structs.ReleaseStatus
+	timer    *time.Timer
 }
 
 // New makes a disabled watcher.
@@ -89,7 +95,7 @@ func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
 	}
 	return &Watcher{
 		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi, attach: cfg.Attach,
-		pluginLocks: map[string]*sync.Mutex{}, vols: map[string]*volumeWork{},
+		clock: newReleaseClock(), pluginLocks: map[string]*sync.Mutex{}, vols: map[string]*volumeWork{}, gcReset: make(chan struct{}, 1),
 	}
 }
 
@@ -114,6 +120,7 @@ func (w *Watcher) SetEnabled(enabled bool) {
 		w.mu.Lock()
 		w.vols, w.ready = map[string]*volumeWork{}, nil
 		w.mu.Unlock()
+		w.clock.reset()
 		w.logger.Info("release workers stopped")
 		return
 	}
@@ -181,7 +188,7 @@ func (w *Watcher) enqueue(volID string, force bool) {
 		v.timer.Stop()
 		v.timer = nil
 	}
-	v.queued = true
+	v.queued, v.queuedAt = true, time.Now()
 	w.ready = append(w.ready, volID)
 	select {
 	case w.kick <- struct{}{}:
@@ -189,7 +196,8 @@ func (w *Watcher) enqueue(volID string, force bool) {
 	}
 }
 
-func (w *Watcher) next(ctx context.Context) (string, bool) {
+// next takes the next queued volume, with the time it was queued.
+func (w *Watcher) next(ctx context.Context) (string, time.Time, bool) {
 	for {
 		w.mu.Lock()
 		if len(w.ready) > 0 {
@@ -205,24 +213,24 @@ func (w *Watcher) next(ctx context.Context) (string, bool) {
 				default:
 				}
 			}
-			return id, true
+			return id, v.queuedAt, true
 		}
 		w.mu.Unlock()
 		select {
 		case <-w.kick:
 		case <-ctx.Done():
-			return "", false
+			return "", time.Time{}, false
 		}
 	}
 }
 
 func (w *Watcher) worker(ctx context.Context) {
 	for {
-		volID, ok := w.next(ctx)
+		volID, queuedAt, ok := w.next(ctx)
 		if !ok {
 			return
 		}
-		err := w.releaseVolume(volID)
+		err := w.releaseVolume(volID, queuedAt)
 		if err == nil {
 			err = w.completeEvals(volID, structs.EvalStatusComplete, "")
 		}
@@ -250,7 +258,7 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 	}
 	if err == nil {
 		if v.dirty {
-			v.queued = true
+			v.queued, v.queuedAt = true, time.Now()
 			w.ready = append(w.ready, volID)
 			select {
 			case w.kick <- struct{}{}:
@@ -262,6 +270,7 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 			w.logger.Info("volume released after retries", "volume", volID, "attempts", v.status.Attempts+1)
 		}
 		delete(w.vols, volID)
+		w.clock.forget(volID)
 		return
 	}
 	v.status.Attempts++
@@ -279,6 +288,7 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 	})
 }
 
+// backoff is called with w.mu held (SetBackoff changes the bounds).
 func (w *Watcher) backoff(attempt int) time.Duration {
 	d := w.cfg.BackoffBase
 	for i := 1; i < attempt && d < w.cfg.BackoffMax; i++ {
@@ -303,6 +313,11 @@ func (w *Watcher) completeEvals(volID string, status structs.EvalStatus, desc st
 		req := &structs.EvalCompleteRequest{EvalID: e.ID, Status: status, StatusDescription: desc}
 		if _, _, err := w.apply.Apply(structs.EvalCompleteRequestType, req); err != nil {
 			return err
+		}
+		if status == structs.EvalStatusFailed {
+			// Complete ones are mostly completed by the state machine with
+			// the last free; a failed one is what an operator must see.
+			metrics.IncrCounter([]string{"release", "evals_failed"}, 1)
 		}
 	}
 	return nil

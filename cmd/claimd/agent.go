@@ -17,6 +17,7 @@ import (
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
+	"github.com/claimd/claimd/httpapi"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
 )
@@ -44,11 +45,16 @@ type agentFlags struct {
 	backoffMax      time.Duration
 	probeInterval   time.Duration
 	debugAddr       string
+	httpAddr        string
 	tls             tlsutil.Config
 	tlsAllowPlain   bool
 	aclEnabled      bool
+	apCleanupDead   bool // -autopilot-cleanup-dead-servers
 	aclToken        string
 	devInsecure     bool
+	// Telemetry (files only for now: the telemetry block).
+	promRetention   time.Duration
+	disableHostname bool
 }
 
 // pluginFlags collects repeated -csi-plugin id=ID,type=TYPE,socket=PATH.
@@ -67,7 +73,12 @@ func (p *pluginFlags) Set(s string) error {
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	var f agentFlags
+	// Gauges without the host name in their key: Prometheus labels the
+	// instance itself (telemetry { disable_hostname = false } restores it).
+	f.disableHostname = true
+	var configs configPaths
 	fs := newFlagSet("agent", stderr)
+	fs.Var(&configs, "config", "an HCL or JSON configuration file, or a directory of *.hcl and *.json files (repeatable; later files override earlier ones, flags override files)")
 	fs.BoolVar(&f.server, "server", false, "run a server (Raft member)")
 	fs.BoolVar(&f.client, "client", false, "run a client agent (with -servers and -csi-plugin)")
 	fs.StringVar(&f.servers, "servers", "", "client: server addresses, comma-separated")
@@ -89,8 +100,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.backoffBase, "release-backoff-base", time.Second, "server: first retry delay of a failed release (doubles each attempt)")
 	fs.DurationVar(&f.backoffMax, "release-backoff-max", time.Minute, "server: longest retry delay of a failed release")
 	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", 5*time.Second, "client: how often CSI plugins are health-probed")
+	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
+	fs.BoolVar(&f.apCleanupDead, "autopilot-cleanup-dead-servers", false, "server: the leader removes a server unreachable for 5 minutes from the Raft configuration, only while a quorum stays")
 	fs.StringVar(&f.tls.CAFile, "tls-ca-file", "", "CA certificate (PEM); with -tls-cert-file and -tls-key-file turns mutual TLS on")
 	fs.StringVar(&f.tls.CertFile, "tls-cert-file", "", "this agent's certificate (PEM): server.<region>.claimd or client.<region>.claimd")
 	fs.StringVar(&f.tls.KeyFile, "tls-key-file", "", "the key of -tls-cert-file (PEM)")
@@ -104,6 +117,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return fail(stderr, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	configFiles, err := loadAgentConfig(fs, &f, configs)
+	if err != nil {
+		return fail(stderr, "%v", err)
 	}
 	level := hclog.LevelFromString(f.logLevel)
 	if level == hclog.NoLevel {
@@ -185,8 +202,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		})
 		fmt.Fprintf(stdout, "claimd server running: id=%s addr=%s data-dir=%s\n", srv.ID(), srv.Addr(), f.dataDir)
 	}
+	var agent *client.Agent
+	servers := splitList(f.servers)
 	if f.client {
-		servers := splitList(f.servers)
 		if len(servers) == 0 && srv != nil {
 			servers = []string{srv.Addr()}
 		}
@@ -194,7 +212,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		if f.server {
 			dataDir = filepath.Join(f.dataDir, "client")
 		}
-		agent, err := client.New(client.Config{
+		var err error
+		agent, err = client.New(client.Config{
 			Servers: servers, DataDir: dataDir, NodeName: f.nodeName, Plugins: f.plugins, Logger: logger,
 			ProbeInterval: f.probeInterval, TLS: tlsConf, TLSAllowPlaintext: f.tlsAllowPlain,
 			RegisterToken: api.TokenFromEnv(f.aclToken),
@@ -204,6 +223,14 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		stops = append(stops, agent.Shutdown)
 		fmt.Fprintf(stdout, "claimd client running: node=%s servers=%s\n", agent.NodeID(), strings.Join(servers, ","))
+	}
+	if !httpDisabled(f.httpAddr) {
+		h, err := startHTTP(f, srv, agent, servers, tlsConf, logger)
+		if err != nil {
+			return fail(stderr, "-http-addr: %v", err)
+		}
+		stops = append(stops, func() { h.Shutdown() })
+		fmt.Fprintf(stdout, "claimd HTTP API: %s\n", h.URL())
 	}
 	if devSec != nil && srv != nil {
 		line, err := devSec.bootstrap(srv.Addr(), time.Minute)
@@ -222,24 +249,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			logger.Info("caught signal; stopping", "signal", sig.String())
 			break
 		}
-		reloadOnHUP(tlsConf, logger)
+		// Existing connections (Raft among them) keep going; new ones
+		// use what was reloaded.
+		configFiles.reload(reloadTargets{logger: logger, tls: tlsConf, srv: srv})
 	}
 	return 0
-}
-
-// reloadOnHUP re-reads what can change without a restart: the TLS
-// certificate, key and CA. Existing connections (Raft among them) keep
-// going; new ones use the new files.
-func reloadOnHUP(tlsConf *tlsutil.Configurator, logger hclog.Logger) {
-	if tlsConf == nil {
-		logger.Info("SIGHUP: nothing to reload (TLS is off)")
-		return
-	}
-	if err := tlsConf.Reload(); err != nil {
-		logger.Error("SIGHUP: TLS reload failed; keeping the old certificate", "error", err)
-		return
-	}
-	logger.Info("SIGHUP: reloaded TLS certificate, key and CA", "serial", tlsConf.Certificate().SerialNumber.String())
 }
 
 func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*server.Server, error) {
@@ -260,6 +274,7 @@ func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logge
 		TLSAllowPlaintext:  f.tlsAllowPlain,
 		ACLEnabled:         f.aclEnabled,
 		Logger:             logger,
+		Autopilot:          server.AutopilotConfig{CleanupDeadServers: f.apCleanupDead},
 	}
 	return server.New(cfg)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -83,8 +84,15 @@ func (l *lockedBuffer) String() string {
 
 // StartProcess runs `claimd args...` and stops it (SIGKILL) at test end.
 // Its output is logged if the test fails.
+//
+// An agent gets an HTTP API on a free port unless the arguments choose
+// one (-http-addr, or -config): the default 127.0.0.1:4646 would be taken
+// by the first of several agents on this machine.
 func StartProcess(t testing.TB, name string, args ...string) *Process {
 	t.Helper()
+	if len(args) > 0 && args[0] == "agent" && !slices.Contains(args, "-http-addr") && !slices.Contains(args, "-config") {
+		args = append(args, "-http-addr", FreeAddr(t))
+	}
 	p := &Process{Name: name, Args: args, t: t}
 	p.start()
 	t.Cleanup(func() {

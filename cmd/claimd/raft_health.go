@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func init() {
+	registerCommand("operator raft health", "show each server's contact with the leader, log lag and health", runRaftHealth)
+}
+
+func runRaftHealth(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("operator raft health", stderr)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() > 0 {
+		return fail(stderr, "unexpected argument %q", fs.Arg(0))
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	h, err := c.RaftHealth(ctx)
+	if err != nil {
+		return fail(stderr, "raft health: %v", err)
+	}
+	if *asJSON {
+		if h.Servers == nil {
+			h.Servers = []structs.RaftServerHealth{}
+		}
+		return jsonOut(stdout, stderr, h)
+	}
+	printRaftHealth(stdout, h)
+	return 0
+}
+
+// printRaftHealth writes the table an operator reads: one line per server,
+// then the verdict and the thresholds it was made with.
+func printRaftHealth(w io.Writer, h *structs.RaftHealthResponse) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter\tStatus\tHealthy\tLast Contact\tLast Index\tIndex Lag")
+	for _, s := range h.Servers {
+		state := "follower"
+		if s.Leader {
+			state = "leader"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%t\t%s\t%d\t%d\n", orDash(s.Name), s.ID, s.Address, state, s.Voter,
+			s.Status, s.Healthy, roundDuration(s.LastContact), s.LastIndex, s.IndexLag)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nHealthy: %t (failure tolerance %d)\n", h.Healthy, h.FailureTolerance)
+	cleanup := "off"
+	if h.CleanupDeadServers {
+		cleanup = fmt.Sprintf("on, after %s unreachable", roundDuration(h.DeadServerThreshold))
+		if h.MinQuorum > 0 {
+			cleanup += fmt.Sprintf(", never below %d voters", h.MinQuorum)
+		}
+	}
+	fmt.Fprintf(w, "Thresholds: last contact %s, index lag %d; dead-server cleanup %s\n",
+		roundDuration(h.LastContactThreshold), h.MaxTrailingLogs, cleanup)
+}
+
+// roundDuration shows a contact time the way an operator compares it:
+// milliseconds below a second, tenths of a second above.
+func roundDuration(d structs.HumanDuration) string {
+	switch v := time.Duration(d); {
+	case v < 0:
+		return "never"
+	case v < time.Second:
+		return v.Round(time.Millisecond).String()
+	default:
+		return v.Round(100 * time.Millisecond).String()
+	}
+}

@@ -1,0 +1,211 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/claimd/claimd/integration/harness"
+)
+
+// curlResult is one curl run: the status, headers and body it got.
+type curlResult struct {
+	status int
+	header map[string]string // lower-case names
+	body   []byte
+	stderr string
+}
+
+// curlCmd builds `curl` with the dev agent's CA and cli certificate, as a
+// user would type it after sourcing dev.env. The headers and the body go
+// to files in dir; stdout carries the status code.
+func curlCmd(env map[string]string, dir string, args ...string) *exec.Cmd {
+	base := []string{"-sS", "--max-time", "90",
+		"--cacert", env["CLAIMD_CACERT"], "--cert", env["CLAIMD_CLIENT_CERT"], "--key", env["CLAIMD_CLIENT_KEY"],
+		"-D", filepath.Join(dir, "headers"), "-o", filepath.Join(dir, "body"), "-w", "%{http_code}"}
+	return exec.Command("curl", append(base, args...)...)
+}
+
+func readCurl(t *testing.T, cmd *exec.Cmd, dir string, stdout, stderr *bytes.Buffer) curlResult {
+	t.Helper()
+	r := curlResult{header: map[string]string{}, stderr: stderr.String()}
+	r.status, _ = strconv.Atoi(strings.TrimSpace(stdout.String()))
+	r.body, _ = os.ReadFile(filepath.Join(dir, "body"))
+	h, _ := os.ReadFile(filepath.Join(dir, "headers"))
+	sc := bufio.NewScanner(bytes.NewReader(h))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+			r.header[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
+		}
+	}
+	return r
+}
+
+// runCurl runs curl to completion.
+func runCurl(t *testing.T, env map[string]string, args ...string) curlResult {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := curlCmd(env, dir, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+	return readCurl(t, cmd, dir, &out, &errb)
+}
+
+func (r curlResult) String() string {
+	return fmt.Sprintf("%d %v %s %s", r.status, r.header, bytes.TrimSpace(r.body), r.stderr)
+}
+
+// The HTTP API as a user meets it: a dev agent (mutual TLS and ACLs on),
+// and curl with the files and token the agent printed. Register a volume,
+// read it, watch it with a blocking query in the background while it is
+// registered again, and ask the agent's health.
+func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not on PATH (CI's .ci/run installs it)")
+	}
+	addr, httpAddr := harness.FreeAddr(t), harness.FreeAddr(t)
+	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-http-addr", httpAddr, "-raft-multiplier", "0.2")
+	env := map[string]string{}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		for _, line := range strings.Split(dev.Output(), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "export "); ok {
+				for _, kv := range strings.Fields(rest) {
+					k, v, _ := strings.Cut(kv, "=")
+					env[k] = v
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("dev agent exp: an export line got: %q", dev.Output())
+	})
+	if !strings.Contains(dev.Output(), "claimd HTTP API: https://"+httpAddr) {
+		t.Fatalf("dev agent exp: its HTTP API's URL got: %q", dev.Output())
+	}
+	url := "https://" + httpAddr
+	token := "X-Claimd-Token: " + env["CLAIMD_TOKEN"]
+
+	// Without a client certificate the handshake fails, as on the RPC port.
+	out, err := exec.Command("curl", "-sS", "--max-time", "30", "--cacert", env["CLAIMD_CACERT"], url+"/v1/agent/health").CombinedOutput()
+	if err == nil {
+		t.Fatalf("curl without a client certificate exp: a failed handshake got: %s", out)
+	}
+	// Without the token: anonymous, denied.
+	if r := runCurl(t, env, url+"/v1/volumes"); r.status != 403 || !bytes.Contains(r.body, []byte(`"permission_denied"`)) {
+		t.Fatalf("no token exp: 403 permission_denied got: %s", r)
+	}
+
+	spec := filepath.Join(t.TempDir(), "volume.json")
+	writeSpec(t, spec, `{"id": "pgdata", "name": "postgres data", "external_id": "pgdata", "plugin_id": "hostdir",
+  "access_mode": "single-node-writer", "attachment_mode": "file-system", "secrets": {"token": "never-printed"}}`)
+	r := runCurl(t, env, "-H", token, "-X", "PUT", "--data-binary", "@"+spec, url+"/v1/volume/pgdata")
+	if r.status != 200 || !bytes.Contains(r.body, []byte(`"pgdata"`)) {
+		t.Fatalf("register with curl exp: 200 got: %s", r)
+	}
+	r = runCurl(t, env, "-H", token, url+"/v1/volume/pgdata")
+	var vol struct {
+		ID, Name    string
+		ModifyIndex uint64 `json:"modify_index"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &vol) != nil || vol.Name != "postgres data" || bytes.Contains(r.body, []byte("never-printed")) {
+		t.Fatalf("read with curl exp: 200, the volume without its secret got: %s", r)
+	}
+	idx, err := strconv.ParseUint(r.header["x-claimd-index"], 10, 64)
+	if err != nil || idx < vol.ModifyIndex {
+		t.Fatalf("read exp: X-Claimd-Index >= %d got: %s", vol.ModifyIndex, r)
+	}
+
+	// A blocking query in the background, answered when pgdata changes.
+	dir := t.TempDir()
+	watch := curlCmd(env, dir, "-H", token, fmt.Sprintf("%s/v1/volume/pgdata?index=%d&wait=60s", url, idx))
+	var wout, werr bytes.Buffer
+	watch.Stdout, watch.Stderr = &wout, &werr
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- watch.Wait() }()
+	t.Cleanup(func() { _ = watch.Process.Signal(syscall.SIGKILL) })
+
+	writeSpec(t, spec, `{"id": "pgdata", "name": "postgres data v2", "external_id": "pgdata", "plugin_id": "hostdir",
+  "access_mode": "single-node-writer", "attachment_mode": "file-system"}`)
+	if r := runCurl(t, env, "-H", token, "-X", "POST", "--data-binary", "@"+spec, url+"/v1/volumes"); r.status != 200 {
+		t.Fatalf("re-register with curl exp: 200 got: %s", r)
+	}
+	select {
+	case <-waited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("blocking query exp: an answer once pgdata changed got: none in 60s")
+	}
+	r = readCurl(t, watch, dir, &wout, &werr)
+	next, _ := strconv.ParseUint(r.header["x-claimd-index"], 10, 64)
+	if r.status != 200 || next <= idx || !bytes.Contains(r.body, []byte(`"postgres data v2"`)) {
+		t.Fatalf("blocking query exp: 200, X-Claimd-Index > %d, the new name got: %s", idx, r)
+	}
+
+	// Health needs no token; the dev agent is both server and client.
+	harness.WaitFor(t, 30*time.Second, func() error {
+		r := runCurl(t, env, url+"/v1/agent/health")
+		if r.status != 200 || !bytes.Contains(r.body, []byte(`"ok": true`)) || !bytes.Contains(r.body, []byte(`"role": "both"`)) {
+			return fmt.Errorf("health exp: 200 ok, role both got: %s", r)
+		}
+		return nil
+	})
+	r = runCurl(t, env, url+"/v1/agent/self")
+	if r.status != 200 || bytes.Contains(r.body, []byte(env["CLAIMD_TOKEN"])) || bytes.Contains(r.body, []byte("PRIVATE KEY")) {
+		t.Fatalf("self exp: 200 without a token or key got: %s", r)
+	}
+
+	// Prometheus metrics, parsed with the Prometheus project's own text
+	// parser: claimd's claim path and raft's commit time are there.
+	r = runCurl(t, env, "-H", token, url+"/v1/metrics?format=prometheus")
+	if r.status != 200 {
+		t.Fatalf("metrics exp: 200 got: %s", r)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("metrics exp: Prometheus text got: %v", err)
+	}
+	for _, name := range []string{"claimd_raft_commitTime", "claimd_rpc_request"} {
+		if _, ok := families[name]; !ok {
+			t.Fatalf("metrics exp: %s got: %d families", name, len(families))
+		}
+	}
+	if r := runCurl(t, env, url+"/v1/metrics"); r.status != 403 {
+		t.Fatalf("metrics without a token exp: 403 got: %s", r)
+	}
+
+	// A snapshot taken with curl, then inspected by the CLI and over HTTP.
+	snap := filepath.Join(t.TempDir(), "backup.snap")
+	r = runCurl(t, env, "-H", token, url+"/v1/operator/snapshot")
+	if r.status != 200 || r.header["x-claimd-index"] == "" {
+		t.Fatalf("snapshot save with curl exp: 200 with X-Claimd-Index got: %d %v", r.status, r.header)
+	}
+	if err := os.WriteFile(snap, r.body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := harness.RunCLI(t, "operator", "snapshot", "inspect", "-json", snap); res.Code != 0 || !strings.Contains(res.Stdout, `"volumes": 1`) {
+		t.Fatalf("snapshot inspect exp: one volume got: %d %q %q", res.Code, res.Stdout, res.Stderr)
+	}
+	r = runCurl(t, env, "-X", "POST", "--data-binary", "@"+snap, url+"/v1/operator/snapshot/inspect")
+	if r.status != 200 || !bytes.Contains(r.body, []byte(`"volumes": 1`)) {
+		t.Fatalf("snapshot inspect over HTTP exp: 200, one volume got: %s", r)
+	}
+
+	if err := dev.Signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
