@@ -216,6 +216,6 @@ func (w *Watcher) checkpoint(c *structs.Claim, state structs.ClaimState, nodeDet
 	if _, _, err := w.apply.Checkpoint(req); err != nil {
 		return fmt.Errorf("checkpoint %s/%s %s→%s: %w", c.VolumeID, c.AllocID, c.State, state, err)
 	}
-	w.logger.Debug("claim checkpoint", "volume", c.VolumeID, "alloc", c.AllocID, "from", c.State, "to", state)
+	w.logger.Debug("claim checkpoint", "volume", c.VolumeID, "alloc", c.AllocID, "node", c.NodeID, "from", c.State, "to", state)
 	return nil
 }

@@ -236,7 +236,7 @@ func (w *Watcher) worker(ctx context.Context) {
 		}
 		var perm *permanentError
 		if errors.As(err, &perm) {
-			w.logger.Warn("release failed permanently", "volume", volID, "reason", perm.reason)
+			w.logger.Warn("release failed permanently", "volume", volID, "evals", w.pendingEvalIDs(volID), "reason", perm.reason)
 			err = w.completeEvals(volID, structs.EvalStatusFailed, perm.reason)
 		}
 		w.finish(ctx, volID, err)
@@ -277,7 +277,8 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 	v.status.LastError = err.Error()
 	delay := w.backoff(v.status.Attempts)
 	v.status.NextTry = time.Now().Add(delay)
-	w.logger.Warn("release failed; will retry", "volume", volID, "attempt", v.status.Attempts, "retry_in", delay, "error", err)
+	w.logger.Warn("release failed; will retry", "volume", volID, "evals", w.pendingEvalIDs(volID),
+		"attempt", v.status.Attempts, "retry_in", delay, "error", err)
 	v.timer = time.AfterFunc(delay, func() {
 		w.mu.Lock()
 		if cur := w.vols[volID]; cur == v {
@@ -321,6 +322,22 @@ func (w *Watcher) completeEvals(volID string, status structs.EvalStatus, desc st
 		}
 	}
 	return nil
+}
+
+// pendingEvalIDs names a volume's pending evals for log lines, so that an
+// operator can grep one release by volume or by eval across servers.
+func (w *Watcher) pendingEvalIDs(volID string) []string {
+	evals, err := w.state.State().EvalsByVolume(nil, volID)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, e := range evals {
+		if e.Status == structs.EvalStatusPending {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
 }
 
 // lockPlugin serialises destructive controller calls per plugin.
