@@ -13,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/httpapi"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/telemetry"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -38,11 +42,15 @@ func newHTTPEnv(t *testing.T) *httpEnv {
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	e := &httpEnv{c: c, mgmt: c.ManagementToken(), apis: map[string]*httpapi.Server{}}
+	tel, err := telemetry.Setup(telemetry.Config{ServiceName: "claimd", DisableHostname: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range c.Servers {
 		e.addrs = append(e.addrs, s.Addr)
 		e.apis[s.Name] = startHTTPAPI(t, httpapi.Config{
 			TLS: c.PKI().Configurator(t, tlsutil.RoleServer), RPCAddrs: []string{s.Addr},
-			Dialer: c.Net.Dialer(s.Name), Server: s.Server(),
+			Dialer: c.Net.Dialer(s.Name), Server: s.Server(), Metrics: tel.Handler(),
 		})
 	}
 	// What curl does with the CLI's files: the CA, the cli certificate as
@@ -191,6 +199,93 @@ func TestHTTPAPI_RoutesThroughFollower(t *testing.T) {
 	t.Run("status operator system", func(t *testing.T) { testHTTPOperator(t, e, reader) })
 	t.Run("client agent", func(t *testing.T) { testHTTPClientAgent(t, e) })
 	t.Run("server health", func(t *testing.T) { testHTTPServerHealth(t, e) })
+	// Last: it ends with a restore, which replaces the cluster's state.
+	t.Run("metrics raft health snapshots", func(t *testing.T) { testHTTPMetricsHealthSnapshots(t, e, reader) })
+}
+
+func testHTTPMetricsHealthSnapshots(t *testing.T, e *httpEnv, reader string) {
+	f := e.apis[e.follower(t).Name]
+	// Metrics need operator:read, checked by the servers.
+	if r := e.do(t, f, "GET", "/v1/metrics", "", ""); r.status != 403 {
+		t.Fatalf("metrics anonymous exp: 403 got: %s", r)
+	}
+	if r := e.do(t, f, "GET", "/v1/metrics", reader, ""); r.status != 403 {
+		t.Fatalf("metrics with volume:read exp: 403 got: %s", r)
+	}
+	r := e.do(t, f, "GET", "/v1/metrics?format=prometheus", e.mgmt, "")
+	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics exp: 200 Prometheus text got: %d %v", r.status, r.header)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("metrics exp: Prometheus text got: %v", err)
+	}
+	if _, ok := families["claimd_raft_commitTime"]; !ok {
+		t.Fatalf("metrics exp: raft's commit time got: %d families", len(families))
+	}
+
+	// Raft health: every server healthy once autopilot has heard from all.
+	if r := e.do(t, f, "GET", "/v1/operator/raft/health", reader, ""); r.status != 403 {
+		t.Fatalf("raft health with volume:read exp: 403 got: %s", r)
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		r := e.do(t, f, "GET", "/v1/operator/raft/health", e.mgmt, "")
+		var h struct {
+			Healthy bool
+			Servers []json.RawMessage
+		}
+		if r.status != 200 || json.Unmarshal(r.body, &h) != nil || !h.Healthy || len(h.Servers) != 3 {
+			return fmt.Errorf("raft health exp: 200, 3 healthy servers got: %s", r)
+		}
+		return nil
+	})
+
+	// Snapshots: a management token only (the archive holds every secret).
+	if r := e.do(t, f, "GET", "/v1/operator/snapshot", reader, ""); r.status != 403 {
+		t.Fatalf("snapshot with volume:read exp: 403 got: %s", r)
+	}
+	r = e.do(t, f, "GET", "/v1/operator/snapshot", e.mgmt, "")
+	if r.status != 200 || r.header.Get("Content-Type") != "application/gzip" || r.header.Get(httpapi.IndexHeader) == "" {
+		t.Fatalf("snapshot through a follower exp: 200 gzip archive with an index got: %d %v", r.status, r.header)
+	}
+	archive := r.body
+	ins := e.do(t, f, "POST", "/v1/operator/snapshot/inspect", "", string(archive))
+	var counts struct {
+		Tables map[string]int `json:"tables"`
+	}
+	ins.decode(t, &counts)
+	if counts.Tables["volumes"] == 0 || counts.Tables["acl_tokens"] == 0 {
+		t.Fatalf("inspect exp: volumes and tokens counted got: %s", ins)
+	}
+	// A corrupt archive is refused before anything changes.
+	before := e.c.Leader().Server().Raft().LastIndex()
+	bad := append([]byte(nil), archive...)
+	bad[len(bad)/2] ^= 0xff
+	if r := e.do(t, f, "PUT", "/v1/operator/snapshot", e.mgmt, string(bad)); r.status < 400 || r.status == 403 {
+		t.Fatalf("restore of a corrupt archive exp: refused got: %s", r)
+	}
+	if after := e.c.Leader().Server().Raft().LastIndex(); after != before {
+		t.Fatalf("refused restore exp: no Raft entry got: last index %d -> %d", before, after)
+	}
+	// The archive itself restores (through a follower) and every server
+	// converges on its state.
+	r = e.do(t, f, "PUT", "/v1/operator/snapshot", e.mgmt, string(archive))
+	expect(t, r, 200, "")
+	harness.WaitFor(t, 30*time.Second, func() error {
+		var digests []string
+		for _, s := range e.c.Servers {
+			d, err := s.Client().StateDigest(harness.Ctx(t, 10*time.Second))
+			if err != nil {
+				return err
+			}
+			digests = append(digests, d.SHA256)
+		}
+		if digests[0] == "" || digests[0] != digests[1] || digests[1] != digests[2] {
+			return fmt.Errorf("digests after the restore exp: equal got: %v", digests)
+		}
+		return nil
+	})
 }
 
 func testHTTPVolumes(t *testing.T, e *httpEnv, reader string) {
