@@ -14,7 +14,12 @@ type AuditEntry struct {
 	// Time is when the call finished (RFC3339Nano in the file).
 	Time   time.Time `json:"time"`
 	Method string    `json:"method"`
-	Volume string    `json:"volume"`
+	// Volume is the request's volume ID; for CreateVolume the ID made, and
+	// for CreateSnapshot the source volume.
+	Volume string `json:"volume"`
+	// Snapshot is the snapshot ID a snapshot call named or made, and the
+	// snapshot a volume was created from.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Node is the request's node ID for controller calls and this plugin's
 	// node ID for node calls.
 	Node string `json:"node"`

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/claimd/claimd/csi/internal/testutil"
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 )
@@ -55,7 +56,8 @@ func TestAuditLogOrder(t *testing.T) {
 		if e.Method != w.method || e.Node != w.node || e.Target != w.target || !strings.Contains(e.Result, w.result) {
 			t.Errorf("entry %d exp: %+v got: %+v", i, w, e)
 		}
-		if e.Method != "CreateVolume" && e.Volume != vol {
+		// CreateVolume's line names the volume it made.
+		if e.Volume != vol {
 			t.Errorf("entry %d exp: volume %s got: %s", i, vol, e.Volume)
 		}
 		if i > 0 && e.Time.Before(entries[i-1].Time) {
@@ -68,6 +70,53 @@ func TestAuditLogOrder(t *testing.T) {
 	for _, key := range []string{`"time":`, `"method":`, `"volume":`, `"node":`, `"target":`, `"result":`} {
 		if !strings.Contains(first, key) {
 			t.Errorf("exp: key %s in %s", key, first)
+		}
+	}
+}
+
+// TestAuditLogRecordsVolumeLifecycle: snapshot, restore and expansion
+// calls are audited with the IDs they named or made.
+func TestAuditLogRecordsVolumeLifecycle(t *testing.T) {
+	audit := filepath.Join(testutil.TempDir(t), "audit.log")
+	p := mustStartPlugin(t, Config{AuditLog: audit})
+	c := mustDial(t, p)
+	vol := mustCreateVolume(t, c, "src")
+	if _, err := c.ctrl.CreateSnapshot(ctx(t), &csipb.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol}); err != nil {
+		t.Fatal(err)
+	}
+	restore := createReq("restored", 0)
+	restore.VolumeContentSource = &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{
+		Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: "snap"},
+	}}
+	if _, err := c.ctrl.CreateVolume(ctx(t), restore); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ctrl.ControllerExpandVolume(ctx(t), &csipb.ControllerExpandVolumeRequest{
+		VolumeId: "restored", CapacityRange: &csipb.CapacityRange{RequiredBytes: 10},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ctrl.DeleteSnapshot(ctx(t), &csipb.DeleteSnapshotRequest{SnapshotId: "snap"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := ReadAudit(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []AuditEntry{
+		{Method: "CreateVolume", Volume: vol, Result: "ok"},
+		{Method: "CreateSnapshot", Volume: vol, Snapshot: "snap", Result: "ok"},
+		{Method: "CreateVolume", Volume: "restored", Snapshot: "snap", Result: "ok"},
+		{Method: "ControllerExpandVolume", Volume: "restored", Result: "ok"},
+		{Method: "DeleteSnapshot", Snapshot: "snap", Result: "ok"},
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("exp: %d entries got: %+v", len(want), entries)
+	}
+	for i, w := range want {
+		e := entries[i]
+		if e.Method != w.Method || e.Volume != w.Volume || e.Snapshot != w.Snapshot || e.Result != w.Result {
+			t.Errorf("entry %d exp: %+v got: %+v", i, w, e)
 		}
 	}
 }

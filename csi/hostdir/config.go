@@ -56,7 +56,18 @@ type Config struct {
 	// call names a valid volume ID that does not exist yet.
 	AutoCreateVolumes bool
 	// MaxVolumes is NodeGetInfo's max_volumes_per_node; 0 means no limit.
+	// A node plugin records it under Root, so that controllers refuse to
+	// attach more volumes than that to the node.
 	MaxVolumes int64
+	// Topology is this process's topology segments: NodeGetInfo's
+	// accessible_topology in node mode, and in controller mode where the
+	// volumes it creates are reachable. Empty means the plugin has no
+	// topology and ignores accessibility requirements.
+	Topology map[string]string
+	// Capacity, when positive, is the storage GetCapacity reports and
+	// CreateVolume allocates quotas from; otherwise the free space of
+	// Root's filesystem.
+	Capacity int64
 	// MountMethod defaults to MountAuto.
 	MountMethod MountMethod
 	// AuditLog is a file to append one JSON line per call to; none if empty.
@@ -105,6 +116,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Mode.hasNode() && !validID(c.NodeID) {
 		return fmt.Errorf("hostdir: node id %q must be 1-128 letters, digits, '.', '_' or '-'", c.NodeID)
+	}
+	if c.MaxVolumes < 0 || c.Capacity < 0 {
+		return fmt.Errorf("hostdir: max volumes and capacity must not be negative")
+	}
+	for k, v := range c.Topology {
+		if k == "" || v == "" {
+			return fmt.Errorf("hostdir: topology segment %q=%q: key and value must not be empty", k, v)
+		}
 	}
 	for m := range c.Fail {
 		if !knownMethod(m) {

@@ -2,7 +2,6 @@ package hostdir
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -29,104 +28,18 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 		csipb.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csipb.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csipb.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},
 		})
 	}
 	return resp, nil
-}
-
-// CreateVolume makes the volume directory. The volume ID is derived from the
-// name, so a repeated call finds the same volume; it is AlreadyExists only
-// when the recorded capacity does not fit the new request.
-func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
-	if err := required("name", req.GetName()); err != nil {
-		return nil, err
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
-	}
-	for _, vc := range req.GetVolumeCapabilities() {
-		if err := requireCapability(vc); err != nil {
-			return nil, err
-		}
-	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume content sources (snapshots, clones) are not supported")
-	}
-	want, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
-	if want < 0 || limit < 0 || (limit > 0 && want > limit) {
-		return nil, status.Errorf(codes.InvalidArgument, "capacity range required=%d limit=%d is not satisfiable", want, limit)
-	}
-
-	p := s.p
-	id := volumeIDForName(req.GetName())
-	p.ctrlMu.Lock()
-	defer p.ctrlMu.Unlock()
-
-	exists, err := p.store.volumeExists(id)
-	if err != nil {
-		return nil, internal("look up volume", err)
-	}
-	if exists {
-		meta, err := p.store.readMeta(id)
-		if err != nil {
-			return nil, internal("read volume metadata", err)
-		}
-		var capacity int64
-		if meta != nil {
-			capacity = meta.CapacityBytes
-		}
-		if capacity < want || (limit > 0 && capacity > limit) {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with capacity %d, outside the requested range [%d, %d]", id, capacity, want, limit)
-		}
-		return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: id, CapacityBytes: capacity}}, nil
-	}
-
-	if err := os.MkdirAll(p.store.volumeDir(id), 0o755); err != nil {
-		return nil, internal("create volume directory", err)
-	}
-	meta := volumeMeta{Name: req.GetName(), CapacityBytes: want, Created: time.Now().UTC()}
-	if err := writeJSON(p.store.metaFile(id), meta); err != nil {
-		_ = os.Remove(p.store.volumeDir(id))
-		return nil, internal("write volume metadata", err)
-	}
-	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: id, CapacityBytes: want}}, nil
-}
-
-// DeleteVolume removes the volume and its data. A volume still attached to
-// a node is refused: deleting it would pull the data from under a workload.
-func (s *controllerServer) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
-	id := req.GetVolumeId()
-	if err := required("volume_id", id); err != nil {
-		return nil, err
-	}
-	if !validID(id) {
-		return &csipb.DeleteVolumeResponse{}, nil
-	}
-	p := s.p
-	p.ctrlMu.Lock()
-	defer p.ctrlMu.Unlock()
-	unlock, err := p.store.lockAttachments()
-	if err != nil {
-		return nil, internal("lock attachments", err)
-	}
-	defer unlock()
-	att, err := p.store.readAttachments(id)
-	if err != nil {
-		return nil, internal("read attachments", err)
-	}
-	if len(att.Nodes) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached to nodes %v", id, sortedKeys(att.Nodes))
-	}
-	if err := os.RemoveAll(p.store.volumeDir(id)); err != nil {
-		return nil, internal("remove volume", err)
-	}
-	if err := os.Remove(p.store.metaFile(id)); err != nil && !os.IsNotExist(err) {
-		return nil, internal("remove volume metadata", err)
-	}
-	return &csipb.DeleteVolumeResponse{}, nil
 }
 
 // ControllerPublishVolume records that the volume is attached to a node. The
@@ -150,10 +63,16 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb
 	} else if !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
 	}
-	if ok, err := p.store.nodeExists(node); err != nil {
+	nodeRec, err := p.store.readNode(node)
+	if err != nil {
 		return nil, internal("look up node", err)
-	} else if !ok {
+	} else if nodeRec == nil {
 		return nil, status.Errorf(codes.NotFound, "node %s not found: no hostdir node plugin has registered it under %s", node, p.cfg.Root)
+	}
+	if meta, err := p.store.readMeta(id); err != nil {
+		return nil, internal("read volume metadata", err)
+	} else if meta != nil && !reachableFrom(meta.Topology, nodeRec.Topology) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is accessible from %v, and node %s is at %v", id, meta.Topology, node, nodeRec.Topology)
 	}
 
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
@@ -176,6 +95,15 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb
 				id, node, have.AccessMode, have.ReadOnly, want.AccessMode, want.ReadOnly)
 		}
 		return &csipb.ControllerPublishVolumeResponse{PublishContext: publishContext(node, have.ReadOnly)}, nil
+	}
+	if limit := nodeRec.MaxVolumes; limit > 0 {
+		n, err := p.store.attachedTo(node)
+		if err != nil {
+			return nil, internal("count attachments", err)
+		}
+		if int64(n) >= limit {
+			return nil, status.Errorf(codes.ResourceExhausted, "node %s already has %d volumes attached, its limit", node, n)
+		}
 	}
 	for other, have := range att.Nodes {
 		otherMode := csipb.VolumeCapability_AccessMode_Mode(csipb.VolumeCapability_AccessMode_Mode_value[have.AccessMode])

@@ -7,12 +7,25 @@
 // Layout under -root, shared by every hostdir process pointed at it (the
 // root plays the part of a storage system all simulated nodes can reach):
 //
-//	volumes/<id>/          the volume's data
-//	meta/<id>.json         name and capacity, for volumes made by CreateVolume
+//	volumes/<id>/          the volume's data (volumes/.new-<id>/ while
+//	                       CreateVolume builds it, renamed when whole)
+//	meta/<id>.json         name, quota, parameters, content source and
+//	                       accessible topology, for volumes made by
+//	                       CreateVolume (or grown by ControllerExpandVolume)
+//	snapshots/<id>/        a snapshot's copy of its source volume
+//	snapmeta/<id>.json     a snapshot's name, source and size; written last
+//	expansions/<node>/<id>.json  the size NodeExpandVolume last recorded
 //	attachments/<id>.json  which nodes the controller attached the volume to
 //	attachments/.lock      flock serialising attachment changes across processes
-//	nodes/<node-id>        node plugins that have started (ControllerPublish
-//	                       to any other node ID is NotFound)
+//	nodes/<node-id>        node plugins that have started, with their
+//	                       -max-volumes and -topology (ControllerPublish to
+//	                       any other node ID is NotFound, beyond the limit
+//	                       ResourceExhausted, outside the volume's topology
+//	                       FailedPrecondition)
+//
+// A volume's quota is recorded, not enforced on writes: a directory has no
+// size. GetCapacity and CreateVolume allocate quotas from -capacity when it
+// is given, and otherwise bound each quota by the root's free space.
 //
 // A volume exists when its directory exists: CreateVolume makes one, and an
 // operator may make one by hand (mkdir <root>/volumes/<id>) for a volume

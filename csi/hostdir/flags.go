@@ -61,3 +61,26 @@ func (m methodDelays) Set(s string) error {
 	}
 	return nil
 }
+
+// segments is a repeatable -topology KEY=VALUE flag (commas allowed too).
+type segments map[string]string
+
+func (m segments) String() string {
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (m segments) Set(s string) error {
+	for _, item := range strings.Split(s, ",") {
+		key, val, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || key == "" || val == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", item)
+		}
+		m[key] = val
+	}
+	return nil
+}

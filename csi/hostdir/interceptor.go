@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,7 +19,7 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 
 	if act.exit {
 		err := status.Error(codes.Unavailable, "hostdir: exiting as the control file asks")
-		p.record(method, req, err)
+		p.record(method, req, nil, err)
 		p.logger.Warn("exiting as the control file asks", "method", method)
 		p.exit()
 		return nil, err
@@ -41,15 +42,31 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err == nil {
 		resp, err = handler(ctx, req)
 	}
-	p.record(method, req, err)
+	p.record(method, req, resp, err)
 	return resp, err
 }
 
-// record writes the audit line for one call.
-func (p *Plugin) record(method string, req any, err error) {
+// record writes the audit line for one call. IDs the plugin made (a new
+// volume's or snapshot's) come from resp, which is nil on failure.
+func (p *Plugin) record(method string, req, resp any, err error) {
 	e := AuditEntry{Time: time.Now().UTC(), Method: method, Result: "ok"}
 	if r, ok := req.(interface{ GetVolumeId() string }); ok {
 		e.Volume = r.GetVolumeId()
+	}
+	if r, ok := req.(interface{ GetSnapshotId() string }); ok {
+		e.Snapshot = r.GetSnapshotId()
+	}
+	switch r := req.(type) {
+	case *csipb.CreateVolumeRequest:
+		e.Snapshot = r.GetVolumeContentSource().GetSnapshot().GetSnapshotId()
+		if v, ok := resp.(*csipb.CreateVolumeResponse); ok {
+			e.Volume = v.GetVolume().GetVolumeId()
+		}
+	case *csipb.CreateSnapshotRequest:
+		e.Volume = r.GetSourceVolumeId()
+		if v, ok := resp.(*csipb.CreateSnapshotResponse); ok {
+			e.Snapshot = v.GetSnapshot().GetSnapshotId()
+		}
 	}
 	if r, ok := req.(interface{ GetNodeId() string }); ok {
 		e.Node = r.GetNodeId()

@@ -21,20 +21,22 @@ import (
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hostdir", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fail, delay := methodCounts{}, methodDelays{}
+	fail, delay, topology := methodCounts{}, methodDelays{}, segments{}
 	var (
 		endpoint    = fs.String("endpoint", "", "listen on unix://PATH (required)")
 		root        = fs.String("root", "", "directory holding the volumes (required)")
 		nodeID      = fs.String("node-id", "", "node ID NodeGetInfo reports (default: host name)")
 		mode        = fs.String("mode", string(ModeMonolith), "services to serve: node, controller or monolith")
 		mountMethod = fs.String("mount", string(MountAuto), "how to present volumes: auto, bind or symlink")
-		maxVolumes  = fs.Int64("max-volumes", 0, "max volumes per node reported by NodeGetInfo (0: no limit)")
+		maxVolumes  = fs.Int64("max-volumes", 0, "max volumes per node reported by NodeGetInfo and enforced by ControllerPublish (0: no limit)")
+		capacity    = fs.Int64("capacity", 0, "bytes GetCapacity reports and CreateVolume allocates from (0: the root's free space)")
 		auditLog    = fs.String("audit-log", "", "append one JSON line per call to `FILE`")
 		controlFile = fs.String("control-file", "", "read fault injection from `FILE` on every call")
 		logLevel    = fs.String("log-level", "info", "log level")
 		autoCreate  = fs.Bool("auto-create", false, "create a volume's directory on first use (claimd never calls CreateVolume)")
 	)
 	fs.Var(fail, "fail", "fail the next N calls of METHOD with Unavailable: `METHOD:N` (repeatable)")
+	fs.Var(topology, "topology", "a topology segment of this node, or of the volumes a controller creates: `KEY=VALUE` (repeatable)")
 	fs.Var(delay, "delay", "delay every call of METHOD: `METHOD:DURATION` (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,6 +73,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		Mode:              Mode(*mode),
 		MountMethod:       MountMethod(*mountMethod),
 		MaxVolumes:        *maxVolumes,
+		Topology:          topology,
+		Capacity:          *capacity,
 		AuditLog:          *auditLog,
 		AutoCreateVolumes: *autoCreate,
 		ControlFile:       *controlFile,

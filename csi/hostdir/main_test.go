@@ -94,6 +94,35 @@ func TestMainExitsOnControlFile(t *testing.T) {
 	}
 }
 
+// TestMainTopologyAndLimitFlags: -topology and -max-volumes reach
+// NodeGetInfo in a real process.
+func TestMainTopologyAndLimitFlags(t *testing.T) {
+	dir := testutil.TempDir(t)
+	sockDir, err := os.MkdirTemp("", "hd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	sock := filepath.Join(sockDir, "csi.sock")
+	startMain(t, "-endpoint", "unix://"+sock, "-root", filepath.Join(dir, "root"), "-node-id", "n1",
+		"-topology", "zone=a", "-topology", "rack=r1", "-max-volumes", "4")
+	conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := csipb.NewNodeClient(conn)
+	var info *csipb.NodeGetInfoResponse
+	testutil.WaitFor(t, 10*time.Second, func() error {
+		info, err = node.NodeGetInfo(ctx(t), &csipb.NodeGetInfoRequest{})
+		return err
+	})
+	seg := info.GetAccessibleTopology().GetSegments()
+	if seg["zone"] != "a" || seg["rack"] != "r1" || len(seg) != 2 || info.GetMaxVolumesPerNode() != 4 {
+		t.Fatalf("exp: zone=a rack=r1 and 4 volumes got: %v", info)
+	}
+}
+
 func TestMainUsageErrors(t *testing.T) {
 	var out bytes.Buffer
 	for _, args := range [][]string{
@@ -101,6 +130,7 @@ func TestMainUsageErrors(t *testing.T) {
 		{"-endpoint", "unix:///x.sock"},
 		{"-endpoint", "unix:///x.sock", "-root", "/tmp/x", "-fail", "NodeGetInfo"},
 		{"-endpoint", "unix:///x.sock", "-root", "/tmp/x", "extra"},
+		{"-endpoint", "unix:///x.sock", "-root", "/tmp/x", "-topology", "zone"},
 	} {
 		if code := Main(args, &out, &out); code != 2 {
 			t.Errorf("args %v exp: 2 got: %d", args, code)

@@ -3,6 +3,7 @@ package hostdir
 import (
 	"context"
 	"errors"
+	"maps"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -15,15 +16,25 @@ type nodeServer struct {
 }
 
 func (s *nodeServer) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	return &csipb.NodeGetInfoResponse{NodeId: s.p.cfg.NodeID, MaxVolumesPerNode: s.p.cfg.MaxVolumes}, nil
+	resp := &csipb.NodeGetInfoResponse{NodeId: s.p.cfg.NodeID, MaxVolumesPerNode: s.p.cfg.MaxVolumes}
+	if len(s.p.cfg.Topology) > 0 {
+		resp.AccessibleTopology = &csipb.Topology{Segments: maps.Clone(s.p.cfg.Topology)}
+	}
+	return resp, nil
 }
 
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{{
-		Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{
-			Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
-		}},
-	}}}, nil
+	resp := &csipb.NodeGetCapabilitiesResponse{}
+	for _, t := range []csipb.NodeServiceCapability_RPC_Type{
+		csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csipb.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+	} {
+		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{
+			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
 }
 
 // volumeDirOf checks that a volume exists and returns its directory.

@@ -60,7 +60,7 @@ func New(cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	if cfg.Mode.hasNode() {
-		if err := st.registerNode(cfg.NodeID); err != nil {
+		if err := st.registerNode(nodeRecord{NodeID: cfg.NodeID, MaxVolumes: cfg.MaxVolumes, Topology: cfg.Topology}); err != nil {
 			return nil, fmt.Errorf("hostdir: register node: %w", err)
 		}
 	}

@@ -47,13 +47,24 @@ func TestSanity(t *testing.T) {
 
 func runSanity(t *testing.T, method MountMethod) {
 	dir := testutil.TempDir(t)
-	p := mustStartPlugin(t, Config{Root: filepath.Join(dir, "root"), NodeID: "sanity-node", MountMethod: method})
+	// Topology and a volume limit make the suite take the topology and
+	// attach-limit paths a plugin without them skips.
+	p := mustStartPlugin(t, Config{
+		Root: filepath.Join(dir, "root"), NodeID: "sanity-node", MountMethod: method,
+		Topology:   map[string]string{"topology.hostdir.claimd.io/zone": "sanity"},
+		MaxVolumes: 3,
+	})
 
 	cfg := sanity.NewTestConfig()
 	cfg.Address = "unix:" + mustSocket(t, p)
 	// Sanity creates these itself and fails if they exist.
 	cfg.TargetPath = filepath.Join(dir, "target")
 	cfg.StagingPath = filepath.Join(dir, "staging")
+	// A non-zero size makes the capacity and idempotency specs compare
+	// sizes; small, because the root's free space bounds every quota.
+	// Expansion defaults to this plus 1 GiB, which is only bookkeeping.
+	cfg.TestVolumeSize = 1 << 20
+	cfg.TestNodeVolumeAttachLimit = true
 
 	// sanity.Test, but with plain output so a failure reads well in go test.
 	sc := sanity.GinkgoTest(&cfg)

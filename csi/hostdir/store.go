@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -32,7 +33,7 @@ func (s store) attachFile(id string) string {
 func (s store) nodeFile(id string) string { return filepath.Join(s.root, "nodes", id) }
 
 func (s store) init() error {
-	for _, d := range []string{"volumes", "meta", "attachments", "nodes"} {
+	for _, d := range []string{"volumes", "meta", "attachments", "nodes", "snapshots", "snapmeta", "expansions"} {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
 			return fmt.Errorf("hostdir: create %s: %w", d, err)
 		}
@@ -74,11 +75,48 @@ func (s store) volumeExists(id string) (bool, error) {
 	return fi.IsDir(), nil
 }
 
-// volumeMeta is what CreateVolume knew. Hand-made volumes have none.
+// volumeMeta is what CreateVolume knew, and the quota expansion grew.
+// Hand-made volumes have none until they are expanded.
 type volumeMeta struct {
 	Name          string    `json:"name"`
 	CapacityBytes int64     `json:"capacity_bytes"`
 	Created       time.Time `json:"created"`
+	// Parameters and Source (see contentSource) are compared when the same
+	// name is created again: a retry must ask for the same volume.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	Source     string            `json:"source,omitempty"`
+	// Topology is the volume's accessible topology; empty when the plugin
+	// has none.
+	Topology []map[string]string `json:"topology,omitempty"`
+}
+
+// volumeIDs lists the volumes under Root, sorted. Entries that are not
+// valid IDs are a CreateVolume's copy in progress, not volumes.
+func (s store) volumeIDs() ([]string, error) {
+	return listIDs(filepath.Join(s.root, "volumes"), true)
+}
+
+// listIDs lists the valid IDs in dir, sorted (os.ReadDir sorts), either
+// directories or, trimming ".json", files.
+func listIDs(dir string, dirs bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if !dirs {
+			var ok bool
+			if name, ok = strings.CutSuffix(name, ".json"); !ok {
+				continue
+			}
+		}
+		if e.IsDir() == dirs && validID(name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 func (s store) readMeta(id string) (*volumeMeta, error) {
@@ -123,6 +161,26 @@ func (s store) writeAttachments(id string, a *attachments) error {
 	return writeJSON(s.attachFile(id), a)
 }
 
+// attachedTo counts the volumes attached to node. The caller holds the
+// attachments lock, so the count cannot change under it.
+func (s store) attachedTo(node string) (int, error) {
+	ids, err := listIDs(filepath.Join(s.root, "attachments"), false)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		a, err := s.readAttachments(id)
+		if err != nil {
+			return 0, err
+		}
+		if _, ok := a.Nodes[node]; ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // lockAttachments takes an exclusive flock that every hostdir process
 // sharing Root honours, so two controllers cannot both attach a
 // single-node volume to different nodes.
@@ -141,19 +199,31 @@ func (s store) lockAttachments() (unlock func(), err error) {
 	}, nil
 }
 
-func (s store) registerNode(id string) error {
-	return writeJSON(s.nodeFile(id), map[string]any{"node_id": id, "registered": time.Now().UTC()})
+// nodeRecord is what a node plugin tells controllers sharing Root about
+// its node.
+type nodeRecord struct {
+	NodeID     string            `json:"node_id"`
+	Registered time.Time         `json:"registered"`
+	MaxVolumes int64             `json:"max_volumes,omitempty"`
+	Topology   map[string]string `json:"topology,omitempty"`
 }
 
-func (s store) nodeExists(id string) (bool, error) {
+func (s store) registerNode(rec nodeRecord) error {
+	rec.Registered = time.Now().UTC()
+	return writeJSON(s.nodeFile(rec.NodeID), rec)
+}
+
+// readNode returns a node's record; nil when the node is unknown.
+func (s store) readNode(id string) (*nodeRecord, error) {
 	if !validID(id) {
-		return false, nil
+		return nil, nil
 	}
-	_, err := os.Stat(s.nodeFile(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+	var rec nodeRecord
+	ok, err := readJSON(s.nodeFile(id), &rec)
+	if err != nil || !ok {
+		return nil, err
 	}
-	return err == nil, err
+	return &rec, nil
 }
 
 // readJSON decodes path into v; a missing file is (false, nil).
