@@ -180,23 +180,11 @@ func (a *Agent) node() *structs.Node {
 		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
 	}
 	for _, fp := range a.plugins.Fingerprints() {
-		// Node instances report RequiresControllerPlugin too: the plugin
-		// table derives it from every instance, so losing all controllers
-		// must not make claims look like they need no ControllerPublish.
-		info := &structs.CSIInfo{
-			PluginID: fp.ID, Healthy: fp.Healthy, HealthDescription: fp.HealthDescription,
-			Provider: fp.Name, ProviderVersion: fp.Version,
-			RequiresControllerPlugin: fp.RequiresControllerPublish,
+		if ni := fp.NodeInfo(); ni != nil {
+			n.CSINodePlugins[fp.ID] = ni
 		}
-		if fp.Type.HasNode() {
-			ni := *info
-			ni.ExternalNodeID = fp.NodeExternalID
-			ni.MaxVolumes = fp.MaxVolumes
-			n.CSINodePlugins[fp.ID] = &ni
-		}
-		if fp.Type.HasController() {
-			ci := *info
-			n.CSIControllerPlugins[fp.ID] = &ci
+		if ci := fp.ControllerInfo(); ci != nil {
+			n.CSIControllerPlugins[fp.ID] = ci
 		}
 	}
 	return n

@@ -233,8 +233,14 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 // retryableClaimError: the claim may succeed later. A server that answers
 // "shutting down" is going away, not refusing: the next call goes to
 // another server (failing the allocation for it made a server restart fail
-// every allocation whose claim was in flight to it).
+// every allocation whose claim was in flight to it). Unschedulable is
+// retried (a node or plugin coming back heals it) except a topology
+// refusal: the node cannot reach the volume, and retrying would hold the
+// allocation pending forever.
 func retryableClaimError(err error) bool {
+	if structs.IsTopologyRefusal(err) {
+		return false
+	}
 	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable) || errors.Is(err, structs.ErrShutdown)
 }
 

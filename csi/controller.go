@@ -15,8 +15,14 @@ type ControllerCapabilities struct {
 	// a node can stage the volume.
 	PublishUnpublishVolume bool
 	// PublishReadOnly: ControllerPublishVolume honours the readonly field.
-	PublishReadOnly    bool
-	CreateDeleteVolume bool
+	PublishReadOnly      bool
+	CreateDeleteVolume   bool
+	CreateDeleteSnapshot bool
+	ListSnapshots        bool
+	ExpandVolume         bool
+	ListVolumes          bool
+	GetCapacity          bool
+	CloneVolume          bool
 }
 
 // ControllerGetCapabilities asks which controller RPCs the plugin serves.
@@ -34,6 +40,18 @@ func (c *Client) ControllerGetCapabilities(ctx context.Context) (*ControllerCapa
 			out.PublishReadOnly = true
 		case csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME:
 			out.CreateDeleteVolume = true
+		case csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT:
+			out.CreateDeleteSnapshot = true
+		case csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS:
+			out.ListSnapshots = true
+		case csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME:
+			out.ExpandVolume = true
+		case csipb.ControllerServiceCapability_RPC_LIST_VOLUMES:
+			out.ListVolumes = true
+		case csipb.ControllerServiceCapability_RPC_GET_CAPACITY:
+			out.GetCapacity = true
+		case csipb.ControllerServiceCapability_RPC_CLONE_VOLUME:
+			out.CloneVolume = true
 		}
 	}
 	return out, nil

@@ -40,6 +40,13 @@ type PluginFingerprint struct {
 	NodeExternalID     string
 	MaxVolumes         int64
 	AccessibleTopology map[string]string
+
+	// ControllerCaps (controller and monolith plugins) and NodeCaps (node
+	// and monolith plugins) are everything the plugin advertises, for the
+	// operator's `plugin status`; the booleans above are what claimd's own
+	// paths decide on.
+	ControllerCaps ControllerCapabilities
+	NodeCaps       NodeCapabilities
 }
 
 // Equal compares every field; the manager reports a change when it is false.
@@ -83,6 +90,7 @@ func fingerprint(ctx context.Context, c *Client, pc PluginConfig, prev PluginFin
 		}
 		fp.RequiresControllerPublish = ccaps.PublishUnpublishVolume
 		fp.SupportsReadOnlyAttach = ccaps.PublishReadOnly
+		fp.ControllerCaps = *ccaps
 	}
 	if pc.Type.HasNode() {
 		ni, err := c.NodeGetInfo(ctx)
@@ -98,6 +106,7 @@ func fingerprint(ctx context.Context, c *Client, pc PluginConfig, prev PluginFin
 			return fail(err)
 		}
 		fp.RequiresStaging = ncaps.StageUnstageVolume
+		fp.NodeCaps = *ncaps
 	}
 	return probe(ctx, c, fp)
 }

@@ -111,7 +111,13 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	if ok, why := getPlugin(tx, old.PluginID).Schedulable(n.ID); !ok {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))
 	}
+	if err := checkTopology(old, n); err != nil {
+		return nil, false, err
+	}
 	if err := checkClaimLimits(old, r.Mode); err != nil {
+		return nil, false, err
+	}
+	if err := checkNodeVolumeLimit(tx, old, n); err != nil {
 		return nil, false, err
 	}
 	extID := ""

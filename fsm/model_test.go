@@ -22,6 +22,7 @@ type model struct {
 
 type mNode struct {
 	ready, healthy bool
+	maxVols        int // max_volumes_per_node of hostdir, 0 = none
 }
 
 type mAlloc struct {
@@ -98,13 +99,13 @@ func (m *model) deregisterVolume(id string, force bool) structs.ErrorCode {
 	return okCode
 }
 
-func (m *model) registerNode(id string, healthy bool) structs.ErrorCode {
+func (m *model) registerNode(id string, healthy bool, maxVols int) structs.ErrorCode {
 	n := m.nodes[id]
 	if n == nil {
 		n = &mNode{}
 		m.nodes[id] = n
 	}
-	n.ready, n.healthy = true, healthy
+	n.ready, n.healthy, n.maxVols = true, healthy, maxVols
 	return okCode
 }
 
@@ -288,6 +289,23 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 	case (mode == structs.AccessModeSingleNodeReader || mode == structs.AccessModeSingleNodeWriter) && len(cs) > 0,
 		mode == structs.AccessModeMultiNodeSingleWriter && r.Mode == structs.ClaimModeWrite && writers > 0:
 		return structs.CodeMaxClaims, false
+	}
+	// Node limit: every volume here is hostdir's; a volume counts on a
+	// node while any claim from that node, in any state, is not freed.
+	if max := m.nodes[r.NodeID].maxVols; max > 0 {
+		held, already := 0, false
+		for vol, vcs := range m.claims {
+			for _, c := range vcs {
+				if c.node == r.NodeID {
+					held++
+					already = already || vol == r.VolumeID
+					break
+				}
+			}
+		}
+		if !already && held >= max {
+			return structs.CodeMaxClaims, false
+		}
 	}
 	if cs == nil {
 		cs = map[string]*mClaim{}

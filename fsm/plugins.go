@@ -65,6 +65,7 @@ func setInstance(m map[string]*structs.CSIInfo, nodeID string, n *structs.Node, 
 func summarizePlugin(p *structs.Plugin) {
 	p.ControllersHealthy, p.NodesHealthy, p.ControllerRequired = 0, 0, false
 	p.Provider, p.ProviderVersion = "", ""
+	p.ControllerCapabilities, p.NodeCapabilities = nil, nil
 	for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
 		for _, nodeID := range structs.SortedKeys(m) {
 			info := m[nodeID]
@@ -74,6 +75,16 @@ func summarizePlugin(p *structs.Plugin) {
 			if p.Provider == "" && info.Provider != "" {
 				p.Provider, p.ProviderVersion = info.Provider, info.ProviderVersion
 			}
+		}
+	}
+	for _, nodeID := range structs.SortedKeys(p.Controllers) {
+		if c := p.Controllers[nodeID].ControllerCapabilities; c != nil && p.ControllerCapabilities == nil {
+			p.ControllerCapabilities = c.Copy()
+		}
+	}
+	for _, nodeID := range structs.SortedKeys(p.Nodes) {
+		if c := p.Nodes[nodeID].NodeCapabilities; c != nil && p.NodeCapabilities == nil {
+			p.NodeCapabilities = c.Copy()
 		}
 	}
 	for _, info := range p.Controllers {

@@ -162,10 +162,13 @@ func (r *propRun) registerNode(t *rapid.T) {
 
 func (r *propRun) registerNodeID(t *rapid.T, id string) {
 	healthy := rapid.IntRange(0, 3).Draw(t, "health") > 0
+	// A small limit, or none, so that random claims hit it often.
+	maxVols := rapid.IntRange(0, 2).Draw(t, "max_volumes")
 	n := testNode(id)
 	n.CSINodePlugins["hostdir"].Healthy = healthy
+	n.CSINodePlugins["hostdir"].MaxVolumes = int64(maxVols)
 	resp := r.apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
-	r.expect("register node "+id, r.m.registerNode(id, healthy), resp)
+	r.expect("register node "+id, r.m.registerNode(id, healthy, maxVols), resp)
 }
 
 func (r *propRun) nodeDown(t *rapid.T) {

@@ -28,6 +28,13 @@ type releaseEnv struct {
 
 func newReleaseEnv(t *testing.T, workers ...string) *releaseEnv {
 	t.Helper()
+	return newReleaseEnvWith(t, nil, workers...)
+}
+
+// newReleaseEnvWith is newReleaseEnv with edit applied to every worker's
+// node plugin before it starts (a volume limit, say).
+func newReleaseEnvWith(t *testing.T, edit func(*harness.TestPlugin), workers ...string) *releaseEnv {
+	t.Helper()
 	c := harness.NewCluster(t, 3, harness.Options{})
 	c.StartAll()
 	c.WaitForLeader(electionWait)
@@ -41,7 +48,11 @@ func newReleaseEnv(t *testing.T, workers ...string) *releaseEnv {
 	// Node plugins first: a controller publishes only to nodes that
 	// registered under the shared root.
 	for i, w := range workers {
-		p := harness.StartPlugin(t, w, hostdir.ModeNode, e.root)
+		var edits []func(*harness.TestPlugin)
+		if edit != nil {
+			edits = append(edits, edit)
+		}
+		p := harness.StartPlugin(t, w, hostdir.ModeNode, e.root, edits...)
 		e.nodes[w] = p
 		// Spread the workers over the servers, so node calls must often be
 		// forwarded to the server holding the node's session.

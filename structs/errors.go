@@ -113,6 +113,23 @@ func IsRetryable(err error) bool {
 		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrTimeout)
 }
 
+// TopologyRefusal starts the message of an unschedulable claim refusal
+// made because the node is outside the volume's accessible topology. Other
+// unschedulable refusals (node down, plugin unhealthy) pass when the
+// cluster heals, so the client agent retries them; this one cannot pass
+// while the volume and the node stay as they are, so it must not. It is a
+// marker in the message rather than a new code so that the refusal still
+// is unschedulable (errors.Is) to every caller that knows only the codes,
+// and it survives RPC hops and Wrap, which keep the message.
+const TopologyRefusal = "topology mismatch: "
+
+// IsTopologyRefusal reports whether err is an unschedulable refusal
+// because of topology (see TopologyRefusal).
+func IsTopologyRefusal(err error) bool {
+	err = ParseError(err)
+	return errors.Is(err, ErrUnschedulable) && strings.Contains(err.Error(), TopologyRefusal)
+}
+
 // Wrap adds context to an error and keeps its code, so that errors.Is
 // still works after the error crosses the wire (where %w chains are lost
 // and only the "code: " prefix survives).

@@ -34,16 +34,30 @@ type CSIInfo struct {
 	// ExternalNodeID is the node plugin's NodeGetInfo node ID (node
 	// fingerprints only); it becomes Claim.ExternalNodeID.
 	ExternalNodeID string `json:"external_node_id,omitempty"`
-	// MaxVolumes is the node plugin's limit on volumes per node, 0 = none.
+	// MaxVolumes is the node plugin's limit on volumes per node, 0 = none
+	// (NodeGetInfo's max_volumes_per_node). The state machine enforces it
+	// at claim time.
 	MaxVolumes int64 `json:"max_volumes,omitempty"`
+	// AccessibleTopology is the node plugin's NodeGetInfo topology segments
+	// on this node (node fingerprints only): a volume with an accessible
+	// topology may be claimed here only when one of its segments matches.
+	AccessibleTopology map[string]string `json:"accessible_topology,omitempty"`
+	// ControllerCapabilities (controller fingerprints) and NodeCapabilities
+	// (node fingerprints) are what the plugin advertises; nil when the
+	// plugin was never fingerprinted healthy or the agent predates them.
+	ControllerCapabilities *CSIControllerCapabilities `json:"controller_capabilities,omitempty"`
+	NodeCapabilities       *CSINodeCapabilities       `json:"node_capabilities,omitempty"`
 }
 
-// Copy returns a copy (CSIInfo holds no references).
+// Copy returns a deep copy.
 func (i *CSIInfo) Copy() *CSIInfo {
 	if i == nil {
 		return nil
 	}
 	c := *i
+	c.AccessibleTopology = copySegments(i.AccessibleTopology)
+	c.ControllerCapabilities = i.ControllerCapabilities.Copy()
+	c.NodeCapabilities = i.NodeCapabilities.Copy()
 	return &c
 }
 
@@ -114,6 +128,12 @@ func validateFingerprints(field string, m map[string]*CSIInfo) error {
 		if len(info.HealthDescription)+len(info.Provider)+len(info.ProviderVersion)+
 			len(info.ExternalNodeID) > maxFingerprintSz {
 			return Invalid(f, fmt.Sprintf("longer than %d bytes", maxFingerprintSz))
+		}
+		if err := validateSegments(f+".accessible_topology", info.AccessibleTopology, true); err != nil {
+			return err
+		}
+		if info.MaxVolumes < 0 {
+			return Invalid(f+".max_volumes", fmt.Sprintf("%d is negative", info.MaxVolumes))
 		}
 	}
 	return nil

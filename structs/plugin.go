@@ -12,6 +12,13 @@ type Plugin struct {
 	// needs ControllerPublish/Unpublish; claims then need a healthy
 	// controller.
 	ControllerRequired bool `json:"controller_required"`
+	// ControllerCapabilities and NodeCapabilities are what the plugin
+	// advertises, taken from the instance with the lowest node ID that
+	// reports them (every instance of one plugin version answers the same;
+	// the lowest ID makes every server pick the same). Per-node facts, max
+	// volumes and topology, stay on the instances.
+	ControllerCapabilities *CSIControllerCapabilities `json:"controller_capabilities,omitempty"`
+	NodeCapabilities       *CSINodeCapabilities       `json:"node_capabilities,omitempty"`
 	// Instances keyed by node ID. Healthy here means the fingerprint is
 	// healthy and the node is ready: a plugin on a down node cannot serve.
 	Controllers        map[string]*CSIInfo `json:"controllers,omitempty"`
@@ -29,6 +36,8 @@ func (p *Plugin) Copy() *Plugin {
 		return nil
 	}
 	c := *p
+	c.ControllerCapabilities = p.ControllerCapabilities.Copy()
+	c.NodeCapabilities = p.NodeCapabilities.Copy()
 	c.Controllers = copyFingerprints(p.Controllers)
 	c.Nodes = copyFingerprints(p.Nodes)
 	return &c

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // AccessMode is the CSI access mode of a volume.
@@ -89,6 +90,12 @@ type Volume struct {
 	Parameters     map[string]string `json:"parameters,omitempty"`
 	Context        map[string]string `json:"context,omitempty"`
 	Secrets        Secrets           `json:"secrets,omitempty"`
+	// AccessibleTopology is where the storage can be reached: a list of
+	// topology segments (as CSI's accessible_topology, from register or
+	// create). A node may claim the volume only when its node plugin's
+	// segments match one entry (every key of the entry with the same value);
+	// empty means reachable from every node.
+	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
 
 	// The claims, keyed by alloc ID. Only the state machine writes them: a
 	// register request's claim fields are ignored. Live claims are taken;
@@ -187,7 +194,56 @@ func (v *Volume) Validate() error {
 			return err
 		}
 	}
+	return validateTopology("accessible_topology", v.AccessibleTopology)
+}
+
+// validateTopology bounds a list of topology segments; each entry must
+// name at least one segment (an empty entry would match every node and
+// silently lift the restriction).
+func validateTopology(field string, ts []map[string]string) error {
+	if len(ts) > maxVolumeMapEntries {
+		return Invalid(field, fmt.Sprintf("has %d entries, at most %d allowed", len(ts), maxVolumeMapEntries))
+	}
+	for i, seg := range ts {
+		if err := validateSegments(fmt.Sprintf("%s[%d]", field, i), seg, false); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// TopologyAllows reports whether a node whose plugin reports the segments
+// nodeSeg may reach the volume: no restriction, or one entry of
+// AccessibleTopology whose every segment the node has with the same value.
+func (v *Volume) TopologyAllows(nodeSeg map[string]string) bool {
+	if len(v.AccessibleTopology) == 0 {
+		return true
+	}
+	for _, want := range v.AccessibleTopology {
+		if segmentsMatch(want, nodeSeg) {
+			return true
+		}
+	}
+	return false
+}
+
+func segmentsMatch(want, have map[string]string) bool {
+	for k, val := range want {
+		if got, ok := have[k]; !ok || got != val {
+			return false
+		}
+	}
+	return true
+}
+
+// TopologyText renders AccessibleTopology for messages, the same on every
+// server: "[zone=a] [rack=1,zone=b]".
+func (v *Volume) TopologyText() string {
+	parts := make([]string, len(v.AccessibleTopology))
+	for i, seg := range v.AccessibleTopology {
+		parts[i] = "[" + FormatSegments(seg) + "]"
+	}
+	return strings.Join(parts, " ")
 }
 
 // validateStringMap bounds a user-supplied map. Keys are checked in sorted
@@ -265,6 +321,12 @@ func (v *Volume) Copy() *Volume {
 	c.Parameters = copyStringMap(v.Parameters)
 	c.Context = copyStringMap(v.Context)
 	c.Secrets = Secrets(copyStringMap(v.Secrets))
+	if v.AccessibleTopology != nil {
+		c.AccessibleTopology = make([]map[string]string, len(v.AccessibleTopology))
+		for i, seg := range v.AccessibleTopology {
+			c.AccessibleTopology[i] = copySegments(seg)
+		}
+	}
 	c.ReadClaims = copyClaims(v.ReadClaims)
 	c.WriteClaims = copyClaims(v.WriteClaims)
 	c.PastClaims = copyClaims(v.PastClaims)

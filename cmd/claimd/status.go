@@ -95,7 +95,8 @@ func runPluginStatus(args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			return jsonOut(stdout, stderr, p)
 		}
-		plugs = []*structs.Plugin{p}
+		printPluginDetail(stdout, p)
+		return 0
 	} else {
 		if plugs, _, err = c.Plugins(ctx, structs.QueryOptions{}); err != nil {
 			return fail(stderr, "plugin status: %v", err)

@@ -25,7 +25,10 @@ type TestPlugin struct {
 	AuditLog    string
 	ControlFile string
 	NodeID      string
-	t           testing.TB
+	// MaxVolumes is NodeGetInfo's max_volumes_per_node (0 = no limit);
+	// set it through StartPlugin's edit functions.
+	MaxVolumes int64
+	t          testing.TB
 
 	mu sync.Mutex
 	p  *hostdir.Plugin
@@ -46,7 +49,8 @@ func sockDir(t testing.TB) string {
 // StartPlugin starts a hostdir plugin named name with plugin ID "hostdir".
 // root is shared by every plugin of one storage system (controllers see the
 // nodes that registered under it); volumes are created on first use.
-func StartPlugin(t testing.TB, name string, mode hostdir.Mode, root string) *TestPlugin {
+// edits change the plugin's settings before it starts.
+func StartPlugin(t testing.TB, name string, mode hostdir.Mode, root string, edits ...func(*TestPlugin)) *TestPlugin {
 	t.Helper()
 	dir := sockDir(t)
 	logDir := t.TempDir()
@@ -56,6 +60,9 @@ func StartPlugin(t testing.TB, name string, mode hostdir.Mode, root string) *Tes
 		AuditLog:    filepath.Join(logDir, "audit.jsonl"),
 		ControlFile: filepath.Join(logDir, "control.json"),
 		t:           t,
+	}
+	for _, edit := range edits {
+		edit(p)
 	}
 	p.Start()
 	t.Cleanup(p.Stop)
@@ -74,6 +81,7 @@ func (p *TestPlugin) Start() {
 	plug, err := hostdir.New(hostdir.Config{
 		Endpoint: "unix://" + p.Socket, Root: p.Root, NodeID: p.NodeID, Mode: p.Mode,
 		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: true,
+		MaxVolumes: p.MaxVolumes,
 		// Symlinks, not bind mounts: a test that ends with volumes
 		// published must not leave mounts behind in its temp dirs (bind
 		// mounts are covered by the hostdir package's own tests).

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// printPluginDetail shows one plugin with what it advertises and, per
+// instance, the node facts claims are checked against (max volumes,
+// topology), so an operator sees why a command or a claim is refused.
+func printPluginDetail(w io.Writer, p *structs.Plugin) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID\t%s\n", p.ID)
+	fmt.Fprintf(tw, "Provider\t%s %s\n", orDash(p.Provider), p.ProviderVersion)
+	fmt.Fprintf(tw, "Controller Required\t%t\n", p.ControllerRequired)
+	fmt.Fprintf(tw, "Controllers Healthy\t%d/%d\n", p.ControllersHealthy, len(p.Controllers))
+	fmt.Fprintf(tw, "Nodes Healthy\t%d/%d\n", p.NodesHealthy, len(p.Nodes))
+	fmt.Fprintf(tw, "Controller Capabilities\t%s\n", capList(p.ControllerCapabilities.Names(), p.ControllerCapabilities == nil))
+	fmt.Fprintf(tw, "Node Capabilities\t%s\n", capList(p.NodeCapabilities.Names(), p.NodeCapabilities == nil))
+	tw.Flush()
+
+	if len(p.Controllers) > 0 {
+		fmt.Fprintln(w, "\nControllers")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "Node\tHealthy\tDescription")
+		for _, id := range structs.SortedKeys(p.Controllers) {
+			c := p.Controllers[id]
+			fmt.Fprintf(tw, "%s\t%t\t%s\n", id, c.Healthy, orDash(c.HealthDescription))
+		}
+		tw.Flush()
+	}
+	if len(p.Nodes) > 0 {
+		fmt.Fprintln(w, "\nNodes")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "Node\tHealthy\tExternal ID\tMax Volumes\tTopology\tDescription")
+		for _, id := range structs.SortedKeys(p.Nodes) {
+			n := p.Nodes[id]
+			fmt.Fprintf(tw, "%s\t%t\t%s\t%s\t%s\t%s\n", id, n.Healthy, orDash(n.ExternalNodeID),
+				maxVolumesText(n.MaxVolumes), orDash(structs.FormatSegments(n.AccessibleTopology)),
+				orDash(n.HealthDescription))
+		}
+		tw.Flush()
+	}
+}
+
+// capList tells "not reported" (no healthy fingerprint yet) from "none".
+func capList(names []string, unknown bool) string {
+	switch {
+	case unknown:
+		return "(not reported)"
+	case len(names) == 0:
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+func maxVolumesText(n int64) string {
+	if n <= 0 {
+		return "unlimited"
+	}
+	return strconv.FormatInt(n, 10)
+}
