@@ -57,6 +57,22 @@ func (c *Client) DeregisterVolumes(ctx context.Context, force bool, ids ...strin
 	return out.Index, err
 }
 
+// CreateVolume has a controller plugin create a volume and registers it;
+// it returns the registered volume (secrets redacted).
+func (c *Client) CreateVolume(ctx context.Context, spec *structs.VolumeCreateSpec) (*structs.Volume, uint64, error) {
+	var out structs.VolumeCreateResponse
+	err := c.Call(ctx, "Volume.Create", &structs.VolumeCreateRequest{Volume: spec}, &out)
+	return out.Volume, out.Index, err
+}
+
+// DeleteVolume has a controller plugin delete an unclaimed volume and
+// deregisters it.
+func (c *Client) DeleteVolume(ctx context.Context, id string) (uint64, error) {
+	var out structs.GenericResponse
+	err := c.Call(ctx, "Volume.Delete", &structs.VolumeDeleteRequest{VolumeID: id}, &out)
+	return out.Index, err
+}
+
 // Volume reads one volume.
 func (c *Client) Volume(ctx context.Context, id string, q structs.QueryOptions) (*structs.Volume, structs.QueryMeta, error) {
 	var out structs.VolumeResponse

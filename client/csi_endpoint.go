@@ -123,3 +123,48 @@ func pluginError(err error) error {
 	}
 	return structs.NewError(structs.CodeUnavailable, err.Error())
 }
+
+// ControllerCreateVolume runs CreateVolume on this node's controller
+// plugin. The name is claimd's volume ID, so a repeat finds the same volume.
+func (e *csiEndpoint) ControllerCreateVolume(args *structs.ClientCSIControllerCreateRequest, reply *structs.ClientCSIControllerCreateResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	caps := make([]csi.VolumeCapability, 0, len(args.Capabilities))
+	for _, vc := range args.Capabilities {
+		caps = append(caps, csi.VolumeCapability{AccessMode: vc.AccessMode, AttachmentMode: vc.AttachmentMode, MountOptions: args.MountOptions})
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: args.Name, CapacityMin: args.CapacityMin, CapacityMax: args.CapacityMax, Capabilities: caps,
+		Parameters: args.Parameters, Secrets: args.Secrets, Topology: args.Topology,
+		SnapshotID: args.SnapshotID, CloneID: args.CloneID,
+	})
+	if err != nil {
+		return pluginError(err)
+	}
+	reply.ExternalID, reply.Capacity = vol.ExternalID, vol.Capacity
+	reply.Context, reply.AccessibleTopology = vol.Context, vol.AccessibleTopology
+	reply.ControllerNodeID = e.a.ident.ID
+	e.a.logger.Info("controller created volume", "name", args.Name, "external_id", vol.ExternalID, "capacity", vol.Capacity)
+	return nil
+}
+
+// ControllerDeleteVolume runs DeleteVolume on this node's controller
+// plugin.
+func (e *csiEndpoint) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteRequest, reply *structs.ClientCSIControllerDeleteResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	if err := c.DeleteVolume(ctx, args.ExternalID, args.Secrets); err != nil {
+		return pluginError(err)
+	}
+	reply.ControllerNodeID = e.a.ident.ID
+	e.a.logger.Info("controller deleted volume", "volume", args.VolumeID, "external_id", args.ExternalID)
+	return nil
+}

@@ -80,6 +80,8 @@ var methodAccess = map[string]access{
 	"Volume.List":       capability(acl.Volume, acl.Read),
 	"Volume.Detach":     capability(acl.Volume, acl.Detach),
 	"Volume.Claim":      capabilityOrNode(acl.Volume, acl.Claim),
+	"Volume.Create":     capability(acl.Volume, acl.Create),
+	"Volume.Delete":     capability(acl.Volume, acl.Delete),
 
 	"Node.Register":     capabilityOrNode(acl.Node, acl.Write),
 	"Node.UpdateStatus": capabilityOrNode(acl.Node, acl.Write),
@@ -104,6 +106,8 @@ var methodAccess = map[string]access{
 	"ClientCSI.ControllerAttachVolume": {kind: serverOnly},
 	"ClientCSI.ControllerDetachVolume": {kind: serverOnly},
 	"ClientCSI.NodeDetachVolume":       {kind: serverOnly},
+	"ClientCSI.ControllerCreateVolume": {kind: serverOnly},
+	"ClientCSI.ControllerDeleteVolume": {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

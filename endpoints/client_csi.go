@@ -37,6 +37,24 @@ func (c *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 		func(node string) { reply.ControllerNodeID = node })
 }
 
+// ControllerCreateVolume runs CreateVolume on a controller node.
+func (c *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCreateRequest, reply *structs.ClientCSIControllerCreateResponse) error {
+	if _, err := c.auth.check("ClientCSI.ControllerCreateVolume", args); err != nil {
+		return err
+	}
+	return c.controllerCall("ClientCSI.ControllerCreateVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+// ControllerDeleteVolume runs DeleteVolume on a controller node.
+func (c *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteRequest, reply *structs.ClientCSIControllerDeleteResponse) error {
+	if _, err := c.auth.check("ClientCSI.ControllerDeleteVolume", args); err != nil {
+		return err
+	}
+	return c.controllerCall("ClientCSI.ControllerDeleteVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
 // NodeDetachVolume runs NodeUnpublish (and NodeUnstage when no other
 // allocation on the node uses the volume) on the claim's node.
 func (c *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {

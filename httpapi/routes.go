@@ -27,6 +27,8 @@ func (s *Server) routes() {
 	write("/v1/volume/{id}", nil, s.volumeRegister)
 	handle("DELETE /v1/volume/{id}", []string{"force"}, s.volumeDeregister)
 	handle("POST /v1/volume/{id}/detach", []string{"node", "force"}, s.volumeDetach)
+	write("/v1/volume/{id}/create", nil, s.volumeCreate)
+	handle("DELETE /v1/volume/{id}/delete", nil, s.volumeDelete)
 
 	handle("GET /v1/allocs", read("node"), s.allocList)
 	write("/v1/allocs", nil, s.allocPlace)
@@ -81,6 +83,7 @@ func (s *Server) routes() {
 // the servers' access table.
 var rpcMethods = map[string]bool{
 	"Volume.List": true, "Volume.Get": true, "Volume.Register": true, "Volume.Deregister": true, "Volume.Detach": true,
+	"Volume.Create": true, "Volume.Delete": true,
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
 	"Eval.List": true, "Eval.Get": true,

@@ -144,3 +144,36 @@ func orEmpty[T any](s []T) []T {
 	}
 	return s
 }
+
+// PUT|POST /v1/volume/{id}/create: a volume create spec; its id may be
+// left out.
+func (s *Server) volumeCreate(w http.ResponseWriter, r *http.Request) (any, error) {
+	var spec structs.VolumeCreateSpec
+	if err := decodeBody(w, r, &spec); err != nil {
+		return nil, err
+	}
+	id := r.PathValue("id")
+	switch spec.ID {
+	case "":
+		spec.ID = id
+	case id:
+	default:
+		return nil, structs.Invalid("id", fmt.Sprintf("%q in the body is not %q of the URL", spec.ID, id))
+	}
+	var out structs.VolumeCreateResponse
+	if err := s.rpc(r, "Volume.Create", &structs.VolumeCreateRequest{Volume: &spec}, &out); err != nil {
+		return nil, err
+	}
+	setWriteIndex(w, out.Index)
+	return out.Volume, nil
+}
+
+// DELETE /v1/volume/{id}/delete
+func (s *Server) volumeDelete(w http.ResponseWriter, r *http.Request) (any, error) {
+	var out structs.GenericResponse
+	if err := s.rpc(r, "Volume.Delete", &structs.VolumeDeleteRequest{VolumeID: r.PathValue("id")}, &out); err != nil {
+		return nil, err
+	}
+	setWriteIndex(w, out.Index)
+	return writeResult{Index: out.Index}, nil
+}

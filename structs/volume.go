@@ -90,6 +90,9 @@ type Volume struct {
 	Parameters     map[string]string `json:"parameters,omitempty"`
 	Context        map[string]string `json:"context,omitempty"`
 	Secrets        Secrets           `json:"secrets,omitempty"`
+	// Capacity is the volume's size in bytes as the plugin reported it
+	// when claimd created the volume (0: unknown, e.g. registered).
+	Capacity int64 `json:"capacity,omitempty"`
 	// AccessibleTopology is where the storage can be reached: a list of
 	// topology segments (as CSI's accessible_topology, from register or
 	// create). A node may claim the volume only when its node plugin's
@@ -183,6 +186,9 @@ func (v *Volume) Validate() error {
 	if v.MountOptions != nil && len(v.MountOptions.MountFlags) > maxVolumeMapEntries {
 		return Invalid("mount_options.mount_flags", fmt.Sprintf("has %d entries, at most %d allowed",
 			len(v.MountOptions.MountFlags), maxVolumeMapEntries))
+	}
+	if v.Capacity < 0 {
+		return Invalid("capacity", fmt.Sprintf("%d must not be negative", v.Capacity))
 	}
 	// Fixed order, so that a volume with several bad fields gets the same
 	// error on every server (Apply results must be deterministic).

@@ -37,6 +37,8 @@ func commands() map[string]command {
 		"volume register":               {"register or update a volume from a JSON spec", runVolumeRegister},
 		"volume status":                 {"show volumes, or one volume", runVolumeStatus},
 		"volume deregister":             {"remove a volume", runVolumeDeregister},
+		"volume create":                 {"create a volume through its controller plugin from a JSON spec", runVolumeCreate},
+		"volume delete":                 {"delete an unclaimed volume through its controller plugin", runVolumeDelete},
 		"alloc run":                     {"place an allocation that claims volumes", runAllocRun},
 		"alloc stop":                    {"stop allocations (the servers release their claims)", runAllocStop},
 		"alloc status":                  {"show allocations, or one", runAllocStatus},

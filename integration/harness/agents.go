@@ -28,7 +28,10 @@ type TestPlugin struct {
 	// MaxVolumes is NodeGetInfo's max_volumes_per_node (0 = no limit);
 	// set it through StartPlugin's edit functions.
 	MaxVolumes int64
-	t          testing.TB
+	// NoAutoCreate turns off creating a volume's directory on first use,
+	// so that only CreateVolume makes volumes (set it before Start).
+	NoAutoCreate bool
+	t            testing.TB
 
 	mu sync.Mutex
 	p  *hostdir.Plugin
@@ -80,7 +83,7 @@ func (p *TestPlugin) Start() {
 	_ = os.Remove(p.Socket)
 	plug, err := hostdir.New(hostdir.Config{
 		Endpoint: "unix://" + p.Socket, Root: p.Root, NodeID: p.NodeID, Mode: p.Mode,
-		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: true,
+		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: !p.NoAutoCreate,
 		MaxVolumes: p.MaxVolumes,
 		// Symlinks, not bind mounts: a test that ends with volumes
 		// published must not leave mounts behind in its temp dirs (bind

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// readCreateSpec decodes one volume create spec strictly: an unknown field
+// is an error that names it.
+func readCreateSpec(path string) (*structs.VolumeCreateSpec, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimSpace(data)))
+	dec.DisallowUnknownFields()
+	var spec structs.VolumeCreateSpec
+	if err := dec.Decode(&spec); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return &spec, nil
+}
+
+func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume create", stderr)
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() != 1 {
+		return fail(stderr, "usage: claimd volume create [flags] FILE (a JSON volume create spec, or - for stdin)")
+	}
+	spec, err := readCreateSpec(fs.Arg(0))
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return fail(stderr, "create: %v", err)
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	vol, idx, err := c.CreateVolume(ctx, spec)
+	if err != nil {
+		return fail(stderr, "create: %v", err)
+	}
+	fmt.Fprintf(stdout, "Volume %q created: external ID %q, capacity %d bytes (index %d)\n",
+		vol.ID, vol.ExternalID, vol.Capacity, idx)
+	return 0
+}
+
+func runVolumeDelete(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume delete", stderr)
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	if fs.NArg() != 1 {
+		return fail(stderr, "usage: claimd volume delete [flags] ID")
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	if _, err := c.DeleteVolume(ctx, fs.Arg(0)); err != nil {
+		return fail(stderr, "delete: %v", err)
+	}
+	fmt.Fprintf(stdout, "Volume %q deleted\n", fs.Arg(0))
+	return 0
+}
