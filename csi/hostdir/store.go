@@ -56,17 +56,26 @@ func volumeIDForName(name string) string {
 // volumeExists reports whether id names a volume. IDs that could not be a
 // directory name under volumes/ name no volume.
 func (s store) volumeExists(id string) (bool, error) {
+	ok, err := s.volumePresent(id)
+	if err != nil || ok || !s.autoCreate || !validID(id) {
+		return ok, err
+	}
+	if err := os.MkdirAll(s.volumeDir(id), 0o755); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// volumePresent reports whether id's directory exists, never creating it:
+// CreateVolume and a clone's source must see a volume that was not made,
+// not one that auto-create made empty on the spot (which CreateVolume then
+// took for an existing volume of size 0 and refused any capacity for).
+func (s store) volumePresent(id string) (bool, error) {
 	if !validID(id) {
 		return false, nil
 	}
 	fi, err := os.Stat(s.volumeDir(id))
 	if errors.Is(err, fs.ErrNotExist) {
-		if s.autoCreate {
-			if err := os.MkdirAll(s.volumeDir(id), 0o755); err != nil {
-				return false, err
-			}
-			return true, nil
-		}
 		return false, nil
 	}
 	if err != nil {

@@ -68,7 +68,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	p.ctrlMu.Lock()
 	defer p.ctrlMu.Unlock()
 
-	exists, err := p.store.volumeExists(id)
+	exists, err := p.store.volumePresent(id)
 	if err != nil {
 		return nil, internal("look up volume", err)
 	}
@@ -167,7 +167,7 @@ func (s *controllerServer) resolveSource(source string) (dir string, size int64,
 		}
 		return st.snapshotDir(id), snap.SizeBytes, nil
 	case "volume":
-		ok, err := st.volumeExists(id)
+		ok, err := st.volumePresent(id)
 		if err != nil {
 			return "", 0, internal("look up volume", err)
 		}

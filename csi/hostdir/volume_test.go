@@ -158,3 +158,20 @@ func TestListSnapshotsFilters(t *testing.T) {
 		t.Fatalf("exp: no s3 after delete got: %v (%v)", gone, err)
 	}
 }
+
+// With auto-create on (the dev agent's plugin), CreateVolume still makes a
+// new volume with the capacity asked for: looking it up must not create it
+// empty first (which made CreateVolume refuse it as an existing volume of
+// size 0).
+func TestCreateVolumeWithAutoCreateMakesTheVolumeAsked(t *testing.T) {
+	p := mustStartPlugin(t, Config{AutoCreateVolumes: true})
+	c := mustDial(t, p)
+	resp, err := c.ctrl.CreateVolume(ctx(t), createReq("made", 1<<20))
+	if err != nil || resp.GetVolume().GetCapacityBytes() != 1<<20 {
+		t.Fatalf("exp: a volume of 1 MiB got: %v (%v)", resp.GetVolume(), err)
+	}
+	again, err := c.ctrl.CreateVolume(ctx(t), createReq("made", 1<<20))
+	if err != nil || again.GetVolume().GetVolumeId() != resp.GetVolume().GetVolumeId() {
+		t.Fatalf("exp: the same volume again got: %v (%v)", again.GetVolume(), err)
+	}
+}
