@@ -69,17 +69,7 @@ func (b *statusBatcher) run() {
 		}
 		window.Stop()
 		args := &structs.AllocClientUpdateRequest{NodeID: b.a.ident.ID}
-		// One update per allocation, the newest: the servers refuse a batch
-		// that names an allocation twice, and two reports of one allocation
-		// can meet in a window (a retry after a timed-out send, or running
-		// then complete in quick succession). The newest is what it is now.
-		at := map[string]int{}
 		for _, r := range batch {
-			if i, ok := at[r.update.ID]; ok {
-				args.Allocs[i] = r.update
-				continue
-			}
-			at[r.update.ID] = len(args.Allocs)
 			args.Allocs = append(args.Allocs, r.update)
 		}
 		ctx, cancel := context.WithTimeout(b.a.ctx, 30*time.Second)
