@@ -16,19 +16,11 @@ import (
 // readVolumeSpec decodes one volume (or a JSON array of volumes) strictly:
 // an unknown field is an error that names it, not a silent no-op.
 func readVolumeSpec(path string) ([]*structs.Volume, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(path)
-	}
+	trimmed, err := readSpecFile(path)
 	if err != nil {
 		return nil, err
 	}
-	trimmed := bytes.TrimSpace(data)
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
+	dec := strictJSON(trimmed)
 	var vols []*structs.Volume
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		err = dec.Decode(&vols)
@@ -41,6 +33,26 @@ func readVolumeSpec(path string) ([]*structs.Volume, error) {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return vols, nil
+}
+
+// readSpecFile reads a spec file, or standard input for "-", without
+// surrounding white space.
+func readSpecFile(path string) ([]byte, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	return bytes.TrimSpace(data), err
+}
+
+// strictJSON decodes a spec refusing unknown fields, naming them.
+func strictJSON(data []byte) *json.Decoder {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec
 }
 
 func runVolumeRegister(args []string, stdout, stderr io.Writer) int {

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -13,20 +10,12 @@ import (
 // readCreateSpec decodes one volume create spec strictly: an unknown field
 // is an error that names it.
 func readCreateSpec(path string) (*structs.VolumeCreateSpec, error) {
-	var data []byte
-	var err error
-	if path == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(path)
-	}
+	data, err := readSpecFile(path)
 	if err != nil {
 		return nil, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(bytes.TrimSpace(data)))
-	dec.DisallowUnknownFields()
 	var spec structs.VolumeCreateSpec
-	if err := dec.Decode(&spec); err != nil {
+	if err := strictJSON(data).Decode(&spec); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return &spec, nil
