@@ -100,3 +100,34 @@ func (c *Client) Runtime(ctx context.Context) (*structs.RuntimeStats, error) {
 	err := c.Call(ctx, "Status.Runtime", &structs.EmptyArgs{}, &out)
 	return &out, err
 }
+
+// CreateSnapshot has the volume's controller plugin snapshot it; a repeat
+// with the same name returns the same snapshot.
+func (c *Client) CreateSnapshot(ctx context.Context, volumeID, name string, params map[string]string) (*structs.Snapshot, error) {
+	var out structs.VolumeSnapshotCreateResponse
+	err := c.Call(ctx, "Volume.SnapshotCreate", &structs.VolumeSnapshotCreateRequest{VolumeID: volumeID, Name: name, Parameters: params}, &out)
+	return out.Snapshot, err
+}
+
+// DeleteSnapshot has a plugin's controller delete a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, pluginID, snapshotID string) error {
+	var out structs.GenericResponse
+	return c.Call(ctx, "Volume.SnapshotDelete", &structs.VolumeSnapshotDeleteRequest{PluginID: pluginID, SnapshotID: snapshotID}, &out)
+}
+
+// Snapshots lists the snapshots of one plugin, or of every plugin that can
+// list them when pluginID is empty (then Unreachable names plugins that
+// could not be asked).
+func (c *Client) Snapshots(ctx context.Context, pluginID string) (*structs.VolumeSnapshotListResponse, error) {
+	var out structs.VolumeSnapshotListResponse
+	err := c.Call(ctx, "Volume.SnapshotList", &structs.VolumeSnapshotListRequest{PluginID: pluginID}, &out)
+	return &out, err
+}
+
+// ExpandVolume grows a volume to at least capacity bytes; the reply names
+// nodes whose expansion is still pending.
+func (c *Client) ExpandVolume(ctx context.Context, volumeID string, capacity int64) (*structs.VolumeExpandResponse, error) {
+	var out structs.VolumeExpandResponse
+	err := c.Call(ctx, "Volume.Expand", &structs.VolumeExpandRequest{VolumeID: volumeID, Capacity: capacity}, &out)
+	return &out, err
+}

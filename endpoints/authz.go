@@ -82,6 +82,13 @@ var methodAccess = map[string]access{
 	"Volume.Claim":      capabilityOrNode(acl.Volume, acl.Claim),
 	"Volume.Create":     capability(acl.Volume, acl.Create),
 	"Volume.Delete":     capability(acl.Volume, acl.Delete),
+	// Snapshots and expansion reuse create and delete: what makes the
+	// storage system hold more data needs create, what destroys data
+	// needs delete (decision 32).
+	"Volume.SnapshotCreate": capability(acl.Volume, acl.Create),
+	"Volume.SnapshotDelete": capability(acl.Volume, acl.Delete),
+	"Volume.SnapshotList":   capability(acl.Volume, acl.Read),
+	"Volume.Expand":         capability(acl.Volume, acl.Create),
 
 	"Node.Register":     capabilityOrNode(acl.Node, acl.Write),
 	"Node.UpdateStatus": capabilityOrNode(acl.Node, acl.Write),
@@ -103,11 +110,16 @@ var methodAccess = map[string]access{
 	"System.ReleaseStatus":  capability(acl.Volume, acl.Read),
 	"System.GarbageCollect": capability(acl.Operator, acl.Write),
 
-	"ClientCSI.ControllerAttachVolume": {kind: serverOnly},
-	"ClientCSI.ControllerDetachVolume": {kind: serverOnly},
-	"ClientCSI.NodeDetachVolume":       {kind: serverOnly},
-	"ClientCSI.ControllerCreateVolume": {kind: serverOnly},
-	"ClientCSI.ControllerDeleteVolume": {kind: serverOnly},
+	"ClientCSI.ControllerAttachVolume":   {kind: serverOnly},
+	"ClientCSI.ControllerDetachVolume":   {kind: serverOnly},
+	"ClientCSI.NodeDetachVolume":         {kind: serverOnly},
+	"ClientCSI.ControllerCreateVolume":   {kind: serverOnly},
+	"ClientCSI.ControllerDeleteVolume":   {kind: serverOnly},
+	"ClientCSI.ControllerCreateSnapshot": {kind: serverOnly},
+	"ClientCSI.ControllerDeleteSnapshot": {kind: serverOnly},
+	"ClientCSI.ControllerListSnapshots":  {kind: serverOnly},
+	"ClientCSI.ControllerExpandVolume":   {kind: serverOnly},
+	"ClientCSI.NodeExpandVolume":         {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

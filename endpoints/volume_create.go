@@ -90,24 +90,67 @@ func sameAsCreated(v *structs.Volume, spec *structs.VolumeCreateSpec) error {
 // checkCreatable refuses, before any plugin call, a spec the plugin cannot
 // serve, naming the field that asks for what it lacks.
 func (v *Volume) checkCreatable(spec *structs.VolumeCreateSpec) error {
-	plug, err := v.srv.State().PluginByID(nil, spec.PluginID)
+	plug, err := v.plugin(spec.PluginID)
 	if err != nil {
 		return err
 	}
-	if plug == nil {
-		return structs.NotFound("plugin", spec.PluginID)
+	if err := needController(plug, "plugin_id", capCreateDeleteVolume); err != nil {
+		return err
 	}
-	caps := plug.ControllerCapabilities
-	if caps == nil || !caps.CreateDeleteVolume {
-		return structs.Invalid("plugin_id", fmt.Sprintf("plugin %q does not advertise the CREATE_DELETE_VOLUME controller capability", spec.PluginID))
+	if spec.SnapshotID != "" {
+		if err := needController(plug, "snapshot_id", capCreateDeleteSnapshot); err != nil {
+			return err
+		}
 	}
-	if spec.SnapshotID != "" && !caps.CreateDeleteSnapshot {
-		return structs.Invalid("snapshot_id", fmt.Sprintf("plugin %q does not advertise the CREATE_DELETE_SNAPSHOT controller capability", spec.PluginID))
-	}
-	if spec.CloneID != "" && !caps.CloneVolume {
-		return structs.Invalid("clone_id", fmt.Sprintf("plugin %q does not advertise the CLONE_VOLUME controller capability", spec.PluginID))
+	if spec.CloneID != "" {
+		if err := needController(plug, "clone_id", capCloneVolume); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// plugin reads a plugin that a request names; unknown is not_found.
+func (v *Volume) plugin(id string) (*structs.Plugin, error) {
+	plug, err := v.srv.State().PluginByID(nil, id)
+	if err != nil {
+		return nil, err
+	}
+	if plug == nil {
+		return nil, structs.NotFound("plugin", id)
+	}
+	return plug, nil
+}
+
+// controllerCap is one controller capability a request may need, by its
+// CSI name.
+type controllerCap struct {
+	name string
+	has  func(*structs.CSIControllerCapabilities) bool
+}
+
+var (
+	capCreateDeleteVolume   = controllerCap{"CREATE_DELETE_VOLUME", func(c *structs.CSIControllerCapabilities) bool { return c.CreateDeleteVolume }}
+	capCreateDeleteSnapshot = controllerCap{"CREATE_DELETE_SNAPSHOT", func(c *structs.CSIControllerCapabilities) bool { return c.CreateDeleteSnapshot }}
+	capListSnapshots        = controllerCap{"LIST_SNAPSHOTS", func(c *structs.CSIControllerCapabilities) bool { return c.ListSnapshots }}
+	capCloneVolume          = controllerCap{"CLONE_VOLUME", func(c *structs.CSIControllerCapabilities) bool { return c.CloneVolume }}
+	capExpandVolume         = controllerCap{"EXPAND_VOLUME", func(c *structs.CSIControllerCapabilities) bool { return c.ExpandVolume }}
+)
+
+// hasController reports whether the plugin advertises a controller
+// capability (not reported yet counts as not advertised).
+func hasController(plug *structs.Plugin, need controllerCap) bool {
+	return plug.ControllerCapabilities != nil && need.has(plug.ControllerCapabilities)
+}
+
+// needController is the one rule for every controller call claimd makes on
+// an operator's behalf: refused before any call, as invalid naming field,
+// when the plugin does not advertise the capability the call needs.
+func needController(plug *structs.Plugin, field string, need controllerCap) *structs.CodedError {
+	if hasController(plug, need) {
+		return nil
+	}
+	return structs.Invalid(field, fmt.Sprintf("plugin %q does not advertise the %s controller capability", plug.ID, need.name))
 }
 
 // Delete has a controller plugin delete a volume's storage and then
@@ -139,9 +182,11 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 	if err != nil {
 		return err
 	}
-	if plug != nil && (plug.ControllerCapabilities == nil || !plug.ControllerCapabilities.CreateDeleteVolume) {
-		return structs.Invalid("plugin_id", fmt.Sprintf("plugin %q does not advertise the CREATE_DELETE_VOLUME controller capability; "+
-			"`volume deregister` forgets the volume without deleting it", vol.PluginID))
+	if plug != nil {
+		if err := needController(plug, "plugin_id", capCreateDeleteVolume); err != nil {
+			err.Message += "; `volume deregister` forgets the volume without deleting it"
+			return err
+		}
 	}
 	var out structs.ClientCSIControllerDeleteResponse
 	err = NewClientCSI(v.srv).ControllerDeleteVolume(&structs.ClientCSIControllerDeleteRequest{

@@ -29,6 +29,10 @@ func (s *Server) routes() {
 	handle("POST /v1/volume/{id}/detach", []string{"node", "force"}, s.volumeDetach)
 	write("/v1/volume/{id}/create", nil, s.volumeCreate)
 	handle("DELETE /v1/volume/{id}/delete", nil, s.volumeDelete)
+	write("/v1/volume/{id}/snapshot", nil, s.snapshotCreate)
+	handle("GET /v1/snapshots", []string{"plugin"}, s.snapshotList)
+	handle("DELETE /v1/snapshot", []string{"plugin", "id"}, s.snapshotDelete)
+	write("/v1/volume/{id}/expand", nil, s.volumeExpand)
 
 	handle("GET /v1/allocs", read("node"), s.allocList)
 	write("/v1/allocs", nil, s.allocPlace)
@@ -84,6 +88,7 @@ func (s *Server) routes() {
 var rpcMethods = map[string]bool{
 	"Volume.List": true, "Volume.Get": true, "Volume.Register": true, "Volume.Deregister": true, "Volume.Detach": true,
 	"Volume.Create": true, "Volume.Delete": true,
+	"Volume.SnapshotCreate": true, "Volume.SnapshotDelete": true, "Volume.SnapshotList": true, "Volume.Expand": true,
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
 	"Eval.List": true, "Eval.Get": true,

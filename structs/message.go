@@ -38,6 +38,7 @@ const (
 	ACLPolicyDeleteRequestType   MessageType = 16
 	ACLTokenUpsertRequestType    MessageType = 17
 	ACLTokenDeleteRequestType    MessageType = 18
+	VolumeCapacityRequestType    MessageType = 19
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

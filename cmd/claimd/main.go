@@ -10,7 +10,8 @@ import (
 	"strings"
 )
 
-// command is one CLI verb. run returns the exit code: 0 ok, 1 error.
+// command is one CLI verb. run returns the exit code: 0 ok, 1 error, 2 done
+// only in part (`volume expand` with nodes pending).
 type command struct {
 	synopsis string
 	run      func(args []string, stdout, stderr io.Writer) int

@@ -48,6 +48,26 @@ func printPluginDetail(w io.Writer, p *structs.Plugin) {
 	}
 }
 
+// printPluginList is `plugin status` without an ID: one line per plugin
+// with its healthy counts and what it advertises, in the names the detail
+// view uses.
+func printPluginList(w io.Writer, plugs []*structs.Plugin) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tProvider\tController Required\tControllers Healthy\tNodes Healthy\tController Capabilities\tNode Capabilities")
+	for _, p := range plugs {
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%d/%d\t%d/%d\t%s\t%s\n", p.ID, orDash(p.Provider), p.ControllerRequired,
+			p.ControllersHealthy, len(p.Controllers), p.NodesHealthy, len(p.Nodes),
+			capSummary(p.ControllerCapabilities.Names(), p.ControllerCapabilities == nil),
+			capSummary(p.NodeCapabilities.Names(), p.NodeCapabilities == nil))
+	}
+	tw.Flush()
+}
+
+// capSummary is capList without spaces, so a table column stays one word.
+func capSummary(names []string, unknown bool) string {
+	return strings.ReplaceAll(capList(names, unknown), ", ", ",")
+}
+
 // capList tells "not reported" (no healthy fingerprint yet) from "none".
 func capList(names []string, unknown bool) string {
 	switch {

@@ -37,3 +37,28 @@ func TestPluginDetail_ShowsCapabilitiesAndNodeFacts(t *testing.T) {
 		t.Fatalf("exp: capabilities not reported got:\n%s", buf.String())
 	}
 }
+
+func TestPluginList_ShowsHealthyCountsAndCapabilities(t *testing.T) {
+	plugs := []*structs.Plugin{
+		{ID: "hostdir", Provider: "claimd.hostdir", ControllerRequired: true,
+			ControllerCapabilities: &structs.CSIControllerCapabilities{CreateDeleteVolume: true, CreateDeleteSnapshot: true, ExpandVolume: true},
+			NodeCapabilities:       &structs.CSINodeCapabilities{StageUnstageVolume: true, ExpandVolume: true},
+			Controllers:            map[string]*structs.CSIInfo{"c1": {Healthy: true}},
+			Nodes:                  map[string]*structs.CSIInfo{"n1": {Healthy: true}, "n2": {}},
+			ControllersHealthy:     1, NodesHealthy: 1},
+		{ID: "other", Nodes: map[string]*structs.CSIInfo{"n1": {}}},
+	}
+	var buf bytes.Buffer
+	printPluginList(&buf, plugs)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "Controller Capabilities") {
+		t.Fatalf("exp: header and one line per plugin got:\n%s", buf.String())
+	}
+	if f := strings.Fields(lines[1]); len(f) != 7 || f[3] != "1/1" || f[4] != "1/2" ||
+		f[5] != "create_delete_volume,create_delete_snapshot,expand_volume" || f[6] != "stage_unstage_volume,expand_volume" {
+		t.Fatalf("hostdir line exp: healthy 1/1 and 1/2 with both capability lists got: %q", f)
+	}
+	if !strings.Contains(lines[2], "(not reported)") {
+		t.Fatalf("plugin without fingerprints exp: capabilities not reported got: %q", lines[2])
+	}
+}

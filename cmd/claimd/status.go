@@ -112,13 +112,7 @@ func runPluginStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "No plugins")
 		return 0
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tProvider\tController Required\tControllers Healthy\tNodes Healthy")
-	for _, p := range plugs {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%d/%d\t%d/%d\n", p.ID, orDash(p.Provider), p.ControllerRequired,
-			p.ControllersHealthy, len(p.Controllers), p.NodesHealthy, len(p.Nodes))
-	}
-	tw.Flush()
+	printPluginList(stdout, plugs)
 	return 0
 }
 

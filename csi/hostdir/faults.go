@@ -32,6 +32,11 @@ import (
 // Delay applies to every call of a method while the file says so; it
 // overrides -delay for the methods it names.
 //
+// DelayAfter holds a method's answer back after the call did its work
+// (a CreateVolume that made the volume, say), as a reply lost on its way
+// would: tests use it to stop the caller between the plugin's action and
+// the caller's record of it.
+//
 // Exit makes the next call, and every call while it stays true, end the
 // plugin: Main exits the process with code ExitCodeControl, an in-process
 // plugin stops serving. Clear it before starting the plugin again.
@@ -43,6 +48,7 @@ type Control struct {
 	FailCode    map[string]string `json:"fail_code,omitempty"`
 	FailMessage map[string]string `json:"fail_message,omitempty"`
 	Delay       map[string]string `json:"delay,omitempty"`
+	DelayAfter  map[string]string `json:"delay_after,omitempty"`
 	Exit        bool              `json:"exit,omitempty"`
 	Seq         int               `json:"seq,omitempty"`
 }
@@ -72,9 +78,10 @@ const ExitCodeControl = 3
 
 // action is what fault injection wants done to one call.
 type action struct {
-	delay time.Duration
-	fail  error
-	exit  bool
+	delay      time.Duration
+	delayAfter time.Duration
+	fail       error
+	exit       bool
 }
 
 type injectedFailure struct {
@@ -98,6 +105,7 @@ type faults struct {
 	ctrlFail  map[string]int // armed from the control file, consumed
 	ctrlErr   map[string]injectedFailure
 	ctrlDelay map[string]time.Duration
+	ctrlAfter map[string]time.Duration
 	ctrlExit  bool
 }
 
@@ -130,6 +138,7 @@ func (f *faults) next(method string) action {
 	} else {
 		a.delay = f.flagDelay[method]
 	}
+	a.delayAfter = f.ctrlAfter[method]
 	switch {
 	case f.ctrlFail[method] > 0:
 		f.ctrlFail[method]--
@@ -172,7 +181,6 @@ func (f *faults) reloadLocked() {
 	}
 	fail := make(map[string]int)
 	errs := make(map[string]injectedFailure)
-	delay := make(map[string]time.Duration)
 	for m, n := range c.Fail {
 		if !knownMethod(m) {
 			f.logger.Warn("control file names an unknown CSI method", "method", m)
@@ -187,16 +195,24 @@ func (f *faults) reloadLocked() {
 		}
 		fail[m], errs[m] = n, inj
 	}
-	for m, s := range c.Delay {
+	f.ctrlFail, f.ctrlErr, f.ctrlExit = fail, errs, c.Exit
+	f.ctrlDelay, f.ctrlAfter = f.parseDelays("delay", c.Delay), f.parseDelays("delay_after", c.DelayAfter)
+	f.logger.Info("control file applied", "fail", c.Fail, "delay", c.Delay, "delay_after", c.DelayAfter, "exit", c.Exit)
+}
+
+// parseDelays reads a control file's method -> duration map; an entry that
+// does not parse is skipped with a warning.
+func (f *faults) parseDelays(field string, in map[string]string) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(in))
+	for m, s := range in {
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			f.logger.Warn("control file delay does not parse", "method", m, "delay", s, "error", err)
+			f.logger.Warn("control file "+field+" does not parse", "method", m, "delay", s, "error", err)
 			continue
 		}
-		delay[m] = d
+		out[m] = d
 	}
-	f.ctrlFail, f.ctrlErr, f.ctrlDelay, f.ctrlExit = fail, errs, delay, c.Exit
-	f.logger.Info("control file applied", "fail", c.Fail, "delay", c.Delay, "exit", c.Exit)
+	return out
 }
 
 // parseCode reads a gRPC code name as "Internal", "INTERNAL" or

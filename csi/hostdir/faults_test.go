@@ -157,3 +157,30 @@ func TestConfigRefusesUnknownMethod(t *testing.T) {
 		t.Fatalf("exp: unknown method refused got: %v", err)
 	}
 }
+
+// delay_after holds the answer back after the work is done: a caller that
+// gives up meanwhile sees an error, yet the volume exists, and a repeat
+// by name finds it (what a leader dying before its register entry needs).
+func TestControlFileDelayAfterHoldsTheAnswerNotTheWork(t *testing.T) {
+	ctl := filepath.Join(t.TempDir(), "control.json")
+	p := mustStartPlugin(t, Config{ControlFile: ctl})
+	c := mustDial(t, p)
+	if err := WriteControl(ctl, Control{DelayAfter: map[string]string{"CreateVolume": "5s"}}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.ctrl.CreateVolume(cctx, createReq("held", 1<<20))
+	expectCode(t, err, codes.DeadlineExceeded)
+	list, err := c.ctrl.ListVolumes(ctx(t), &csipb.ListVolumesRequest{})
+	if err != nil || len(list.GetEntries()) != 1 {
+		t.Fatalf("volumes after a held answer exp: 1 got: %v (%v)", list.GetEntries(), err)
+	}
+	if err := WriteControl(ctl, Control{}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.ctrl.CreateVolume(ctx(t), createReq("held", 1<<20))
+	if err != nil || again.GetVolume().GetVolumeId() != list.GetEntries()[0].GetVolume().GetVolumeId() {
+		t.Fatalf("repeat exp: the same volume got: %v (%v)", again.GetVolume(), err)
+	}
+}

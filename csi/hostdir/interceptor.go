@@ -26,24 +26,40 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 
 	var resp any
-	var err error
-	if act.delay > 0 {
-		t := time.NewTimer(act.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			err = status.FromContextError(ctx.Err()).Err()
-		}
-	}
+	err := wait(ctx, act.delay)
 	if err == nil {
 		err = act.fail
 	}
 	if err == nil {
 		resp, err = handler(ctx, req)
+		// The audit line is written once the work is done, before the
+		// answer is held back, so a test sees the call happened.
+		p.record(method, req, resp, err)
+		if err == nil {
+			if err = wait(ctx, act.delayAfter); err != nil {
+				resp = nil
+			}
+		}
+		return resp, err
 	}
 	p.record(method, req, resp, err)
 	return resp, err
+}
+
+// wait sleeps for d (no time: no wait) unless the call's context ends
+// first, which is the call's error then.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // record writes the audit line for one call. IDs the plugin made (a new

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/claimd/claimd/structs"
+)
+
+func init() {
+	registerCommand("volume snapshot create", "snapshot a volume through its controller plugin (idempotent by NAME)", runSnapshotCreate)
+	registerCommand("volume snapshot list", "list snapshots from the controller plugins (-plugin P: one plugin)", runSnapshotList)
+	registerCommand("volume snapshot delete", "delete a snapshot through a plugin's controller", runSnapshotDelete)
+	registerCommand("volume expand", "grow a volume to -capacity through its plugin, on the controller and the nodes using it", runVolumeExpand)
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments (`volume expand VOL -capacity 2GiB`), which the
+// flag package alone stops at. It returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		rest := fs.Args()
+		if rest[0] == "--" || len(rest) == 1 {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// sizeUnits are the suffixes parseSize accepts, longest first so "GiB"
+// is not read as "B".
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+}
+
+// parseSize reads a size in bytes: a plain number, or one with a unit
+// (KiB, MiB, GiB, TiB in powers of 1024, KB, MB, GB, TB in powers of 1000;
+// K, M, G, T are the binary ones).
+func parseSize(s string) (int64, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range sizeUnits {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a positive size (bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB or TB)", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
+}
+
+func runSnapshotCreate(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume snapshot create", stderr)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the snapshot as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 1
+	}
+	if len(pos) != 2 {
+		return fail(stderr, "usage: claimd volume snapshot create [flags] VOLUME NAME")
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	snap, err := c.CreateSnapshot(ctx, pos[0], pos[1], nil)
+	if err != nil {
+		return fail(stderr, "snapshot create: %v", err)
+	}
+	if *asJSON {
+		return jsonOut(stdout, stderr, snap)
+	}
+	fmt.Fprintf(stdout, "Snapshot %q of volume %q created: ID %q, %d bytes, ready %t (plugin %q)\n",
+		pos[1], pos[0], snap.ID, snap.SizeBytes, snap.ReadyToUse, snap.PluginID)
+	return 0
+}
+
+func runSnapshotList(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume snapshot list", stderr)
+	cf.register(fs)
+	plugin := fs.String("plugin", "", "only this plugin's snapshots (default: every plugin that lists snapshots)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 1
+	}
+	if len(pos) != 0 {
+		return fail(stderr, "usage: claimd volume snapshot list [flags] [-plugin ID]")
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	out, err := c.Snapshots(ctx, *plugin)
+	if err != nil {
+		return fail(stderr, "snapshot list: %v", err)
+	}
+	if *asJSON {
+		return jsonOut(stdout, stderr, out)
+	}
+	printSnapshots(stdout, out.Snapshots)
+	for _, p := range structs.SortedKeys(out.Unreachable) {
+		fmt.Fprintf(stderr, "Warning: plugin %q could not list its snapshots: %s\n", p, out.Unreachable[p])
+	}
+	if len(out.Unreachable) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func printSnapshots(w io.Writer, snaps []*structs.Snapshot) {
+	if len(snaps) == 0 {
+		fmt.Fprintln(w, "No snapshots")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Plugin\tSnapshot ID\tVolume\tExternal Volume ID\tSize\tReady\tCreated")
+	for _, s := range snaps {
+		created := "-"
+		if !s.CreateTime.IsZero() {
+			created = s.CreateTime.Format("2006-01-02T15:04:05Z")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%t\t%s\n", s.PluginID, s.ID, orDash(s.SourceVolumeID),
+			s.SourceExternalID, s.SizeBytes, s.ReadyToUse, created)
+	}
+	tw.Flush()
+}
+
+func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume snapshot delete", stderr)
+	cf.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 1
+	}
+	if len(pos) != 2 {
+		return fail(stderr, "usage: claimd volume snapshot delete [flags] PLUGIN SNAPSHOT_ID")
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	if err := c.DeleteSnapshot(ctx, pos[0], pos[1]); err != nil {
+		return fail(stderr, "snapshot delete: %v", err)
+	}
+	fmt.Fprintf(stdout, "Snapshot %q of plugin %q deleted\n", pos[1], pos[0])
+	return 0
+}
+
+// runVolumeExpand exits 0 only when every node finished: with nodes
+// pending the capacity is grown and recorded, the command says which
+// nodes still must expand, and exits 2 so scripts notice.
+func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
+	var cf cliFlags
+	fs := newFlagSet("volume expand", stderr)
+	cf.register(fs)
+	capText := fs.String("capacity", "", "the size to grow to: bytes, or with a unit (2GiB, 500MB)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 1
+	}
+	if len(pos) != 1 || *capText == "" {
+		return fail(stderr, "usage: claimd volume expand [flags] VOLUME -capacity SIZE")
+	}
+	capacity, err := parseSize(*capText)
+	if err != nil {
+		return fail(stderr, "capacity: %v", err)
+	}
+	c, ctx, done, err := cf.session()
+	if err != nil {
+		return fail(stderr, "%v", err)
+	}
+	defer done()
+	out, err := c.ExpandVolume(ctx, pos[0], capacity)
+	if err != nil {
+		return fail(stderr, "expand: %v", err)
+	}
+	fmt.Fprintf(stdout, "Volume %q expanded to %d bytes (index %d); nodes expanded: %s\n",
+		pos[0], out.Capacity, out.Index, orDash(strings.Join(out.NodesExpanded, ", ")))
+	for _, n := range structs.SortedKeys(out.NodesPending) {
+		fmt.Fprintf(stdout, "Node %s: expansion pending: %s\n", n, out.NodesPending[n])
+	}
+	if len(out.NodesPending) > 0 {
+		fmt.Fprintf(stderr, "Error: expansion pending on %d node(s); run `claimd volume expand` again once they are back\n", len(out.NodesPending))
+		return 2
+	}
+	return 0
+}
