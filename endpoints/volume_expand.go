@@ -8,7 +8,7 @@ import (
 
 // Expand grows a volume: ControllerExpandVolume on a controller (when the
 // plugin advertises the controller EXPAND_VOLUME), the new size recorded in
-// one entry, then NodeExpandVolume on every node with a live claim (when
+// one entry, then NodeExpandVolume on every node that may have it mounted (when
 // the controller asks for it, or the plugin expands only on nodes). A node
 // that cannot be reached is reported pending in the reply instead of the
 // call failing: the capacity is already grown and recorded, and repeating
@@ -79,13 +79,15 @@ func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.Volume
 	return nil
 }
 
-// expandOnNodes runs NodeExpandVolume on every node with a live claim on
-// the volume (claims being released are on their way off the node). A node
-// that is not ready is pending without a call; so is one whose call fails.
+// expandOnNodes runs NodeExpandVolume on every node that may have the
+// volume staged or published: a claim that has not reached node-detached,
+// live or being released (a node that went down keeps its claims past and
+// the volume mounted until it is back). A node that is not ready is pending
+// without a call; so is one whose call fails.
 func (v *Volume) expandOnNodes(vol *structs.Volume, capacity int64) (expanded []string, pending map[string]string) {
 	nodes := map[string]bool{}
 	for _, c := range vol.AllClaims() {
-		if vol.LiveClaim(c.AllocID) != nil {
+		if c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
 			nodes[c.NodeID] = true
 		}
 	}

@@ -184,6 +184,8 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	if v.MountOptions != nil {
 		fmt.Fprintf(tw, "Mount Options\t= fs_type=%s flags=%s\n", orDash(v.MountOptions.FSType), strings.Join(v.MountOptions.MountFlags, ","))
 	}
+	fmt.Fprintf(tw, "Capacity\t= %s\n", capacityText(v.Capacity))
+	fmt.Fprintf(tw, "Topology\t= %s\n", orDash(v.TopologyText()))
 	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
 	fmt.Fprintf(tw, "Secrets\t= %s\n", formatSecretKeys(v.Secrets))
 	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
@@ -191,6 +193,14 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
 	tw.Flush()
 	printClaims(w, v, retry)
+}
+
+// capacityText: 0 means the plugin never said (a registered volume).
+func capacityText(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func formatMap(m map[string]string) string {

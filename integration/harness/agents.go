@@ -28,6 +28,9 @@ type TestPlugin struct {
 	// MaxVolumes is NodeGetInfo's max_volumes_per_node (0 = no limit);
 	// set it through StartPlugin's edit functions.
 	MaxVolumes int64
+	// Topology is the plugin's -topology segments (none: no topology);
+	// set it through StartPlugin's edit functions or before a restart.
+	Topology map[string]string
 	// NoAutoCreate turns off creating a volume's directory on first use,
 	// so that only CreateVolume makes volumes (set it before Start).
 	NoAutoCreate bool
@@ -84,7 +87,7 @@ func (p *TestPlugin) Start() {
 	plug, err := hostdir.New(hostdir.Config{
 		Endpoint: "unix://" + p.Socket, Root: p.Root, NodeID: p.NodeID, Mode: p.Mode,
 		AuditLog: p.AuditLog, ControlFile: p.ControlFile, AutoCreateVolumes: !p.NoAutoCreate,
-		MaxVolumes: p.MaxVolumes,
+		MaxVolumes: p.MaxVolumes, Topology: p.Topology,
 		// Symlinks, not bind mounts: a test that ends with volumes
 		// published must not leave mounts behind in its temp dirs (bind
 		// mounts are covered by the hostdir package's own tests).

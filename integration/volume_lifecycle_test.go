@@ -1,0 +1,415 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/csi/hostdir"
+	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
+)
+
+// publishedAt is where the node plugin last published a volume (its
+// NodePublishVolume target): the directory the allocation sees.
+func publishedAt(t *testing.T, p *harness.TestPlugin, externalID string) string {
+	t.Helper()
+	target := ""
+	for _, en := range p.Audit() {
+		if en.Method == "NodePublishVolume" && en.Volume == externalID && en.Result == "ok" {
+			target = en.Target
+		}
+	}
+	if target == "" {
+		t.Fatalf("exp: a NodePublishVolume of %s on %s got: none", externalID, p.Name)
+	}
+	return target
+}
+
+// volumeTableIndex is the volumes table's index: it moves with any volume
+// write, so an unchanged index means a refused request registered nothing.
+func volumeTableIndex(t *testing.T, e *releaseEnv) uint64 {
+	t.Helper()
+	_, meta, err := e.api.Volumes(harness.Ctx(t, 10*time.Second), "", structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.Index
+}
+
+func pluginVolumes(t *testing.T, e *releaseEnv) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(e.root, "volumes"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, en := range entries {
+		names = append(names, en.Name())
+	}
+	return names
+}
+
+// Issue 18's lifecycle on a secured three-server cluster with real agents,
+// the built-in plugin as controller on one agent and as node plugin on
+// another: create -> claim (write a file) -> release -> snapshot -> create
+// from the snapshot (the file is there) -> expand (controller, recorded
+// size, node) -> delete. Refusals change nothing and call no plugin; a
+// node whose expansion fails or that is down is reported pending.
+func TestVolumeLifecycle_CreateSnapshotRestoreExpandDelete(t *testing.T) {
+	e := newCreateEnv(t)
+	ctx := func() context.Context { return harness.Ctx(t, 60*time.Second) }
+	w1 := e.clients["w1"].NodeID()
+
+	// Create and use: a file written through the allocation's mount.
+	if _, _, err := e.api.CreateVolume(ctx(), createSpec("src")); err != nil {
+		t.Fatalf("create exp: no error got: %v", err)
+	}
+	e.run(t, "a1", "w1", "src")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	if err := os.WriteFile(filepath.Join(publishedAt(t, e.nodes["w1"], "src"), "greeting"), []byte("hello from a1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.StopAllocs(ctx(), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFreed(t, "src", 60*time.Second)
+
+	// Snapshot refusals name the field and call no plugin.
+	if _, err := e.api.CreateSnapshot(ctx(), "nosuch", "s1", nil); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("snapshot of an unknown volume exp: not_found got: %v", err)
+	}
+	if _, err := e.api.CreateSnapshot(ctx(), "src", "../s1", nil); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "name") {
+		t.Fatalf("snapshot with a bad name exp: invalid naming name got: %v", err)
+	}
+	if n := countMethod(e.controller.Audit(), "CreateSnapshot"); n != 0 {
+		t.Fatalf("CreateSnapshot calls after refusals exp: 0 got: %d", n)
+	}
+
+	// Snapshot, through a follower; a repeat by name is the same snapshot.
+	snap, err := e.c.Followers()[0].Client().CreateSnapshot(ctx(), "src", "src-monday", nil)
+	if err != nil {
+		t.Fatalf("snapshot exp: no error got: %v", err)
+	}
+	if snap.ID == "" || snap.SourceVolumeID != "src" || snap.SourceExternalID != "src" || !snap.ReadyToUse || snap.PluginID != "hostdir" {
+		t.Fatalf("snapshot exp: ready snapshot of src by plugin hostdir got: %+v", snap)
+	}
+	again, err := e.api.CreateSnapshot(ctx(), "src", "src-monday", nil)
+	if err != nil || again.ID != snap.ID {
+		t.Fatalf("repeated snapshot exp: the same ID %q got: %+v (%v)", snap.ID, again, err)
+	}
+	for _, plugin := range []string{"", "hostdir"} {
+		list, err := e.api.Snapshots(ctx(), plugin)
+		if err != nil || len(list.Snapshots) != 1 || list.Snapshots[0].ID != snap.ID || list.Snapshots[0].SourceVolumeID != "src" ||
+			len(list.Unreachable) != 0 {
+			t.Fatalf("snapshot list (plugin %q) exp: the one snapshot of src got: %+v (%v)", plugin, list, err)
+		}
+	}
+	if _, err := e.api.Snapshots(ctx(), "nosuch"); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("snapshot list of an unknown plugin exp: not_found got: %v", err)
+	}
+
+	// A create from a snapshot the plugin does not have: the plugin's
+	// refusal, nothing registered, no plugin volume.
+	idx, before := volumeTableIndex(t, e), pluginVolumes(t, e)
+	bad := createSpec("fromnothing")
+	bad.SnapshotID = "no-such-snapshot"
+	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("create from an unknown snapshot exp: not_found got: %v", err)
+	}
+	if got := volumeTableIndex(t, e); got != idx {
+		t.Fatalf("volumes index after a refused create exp: %d got: %d", idx, got)
+	}
+	if got := pluginVolumes(t, e); strings.Join(got, ",") != strings.Join(before, ",") {
+		t.Fatalf("plugin volumes after a refused create exp: %v got: %v", before, got)
+	}
+
+	// Create from the snapshot: the new volume holds the file.
+	restore := createSpec("restored")
+	restore.SnapshotID = snap.ID
+	restored, _, err := e.api.CreateVolume(ctx(), restore)
+	if err != nil {
+		t.Fatalf("create from snapshot exp: no error got: %v", err)
+	}
+	e.run(t, "a2", "w1", "restored")
+	e.waitAlloc(t, "a2", structs.AllocClientRunning)
+	mnt := publishedAt(t, e.nodes["w1"], restored.ExternalID)
+	if b, err := os.ReadFile(filepath.Join(mnt, "greeting")); err != nil || string(b) != "hello from a1" {
+		t.Fatalf("file in the restored volume exp: %q got: %q (%v)", "hello from a1", b, err)
+	}
+
+	// Expansion refusals: shrinking and unknown volumes call no plugin.
+	if _, err := e.api.ExpandVolume(ctx(), "restored", 512<<10); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "capacity") {
+		t.Fatalf("shrink exp: invalid naming capacity got: %v", err)
+	}
+	if _, err := e.api.ExpandVolume(ctx(), "nosuch", 4<<20); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("expand of an unknown volume exp: not_found got: %v", err)
+	}
+	if n := countMethod(e.controller.Audit(), "ControllerExpandVolume"); n != 0 {
+		t.Fatalf("ControllerExpandVolume calls after refusals exp: 0 got: %d", n)
+	}
+
+	// Expand while a2 runs: controller, recorded size, then w1's node
+	// plugin grows its view where the volume is staged.
+	out, err := e.c.Followers()[1].Client().ExpandVolume(ctx(), "restored", 4<<20)
+	if err != nil {
+		t.Fatalf("expand exp: no error got: %v", err)
+	}
+	if out.Capacity != 4<<20 || strings.Join(out.NodesExpanded, ",") != w1 || len(out.NodesPending) != 0 || out.Volume.Capacity != 4<<20 {
+		t.Fatalf("expand exp: capacity %d, node %s expanded, none pending got: %+v", 4<<20, w1, out)
+	}
+	expectNodeExpansion(t, e, "restored", 4<<20)
+
+	// A node plugin failure leaves the node pending with the reason; the
+	// size is recorded, and repeating the expansion finishes the node.
+	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeExpandVolume": 1},
+		FailMessage: map[string]string{"NodeExpandVolume": "resize2fs busy"}})
+	out, err = e.api.ExpandVolume(ctx(), "restored", 6<<20)
+	if err != nil || out.Capacity != 6<<20 || len(out.NodesExpanded) != 0 || !strings.Contains(out.NodesPending[w1], "resize2fs busy") {
+		t.Fatalf("expand with a failing node exp: capacity %d, %s pending with the plugin's reason got: %+v (%v)", 6<<20, w1, out, err)
+	}
+	if v, _, err := e.api.Volume(ctx(), "restored", structs.QueryOptions{}); err != nil || v.Capacity != 6<<20 {
+		t.Fatalf("recorded capacity exp: %d got: %+v (%v)", 6<<20, v, err)
+	}
+	out, err = e.api.ExpandVolume(ctx(), "restored", 6<<20)
+	if err != nil || strings.Join(out.NodesExpanded, ",") != w1 || len(out.NodesPending) != 0 {
+		t.Fatalf("repeated expand exp: %s expanded got: %+v (%v)", w1, out, err)
+	}
+	expectNodeExpansion(t, e, "restored", 6<<20)
+
+	// A node that is down: its claim is past but the volume still mounted
+	// there, so the expansion says it is pending on that node.
+	e.clients["w1"].Stop()
+	harness.WaitFor(t, 60*time.Second, func() error {
+		n, _, err := e.api.Node(ctx(), w1, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Status != structs.NodeStatusDown {
+			return errors.New("w1 exp: down got: " + string(n.Status))
+		}
+		return nil
+	})
+	out, err = e.api.ExpandVolume(ctx(), "restored", 8<<20)
+	if err != nil || out.Capacity != 8<<20 || !strings.Contains(out.NodesPending[w1], "down") {
+		t.Fatalf("expand with w1 down exp: capacity %d, %s pending as down got: %+v (%v)", 8<<20, w1, out, err)
+	}
+	e.clients["w1"].Start()
+	e.waitFreed(t, "restored", 90*time.Second)
+
+	// Delete: the snapshot, then both volumes; nothing is left.
+	if err := e.api.DeleteSnapshot(ctx(), "hostdir", snap.ID); err != nil {
+		t.Fatalf("snapshot delete exp: no error got: %v", err)
+	}
+	if err := e.api.DeleteSnapshot(ctx(), "hostdir", snap.ID); err != nil {
+		t.Fatalf("second snapshot delete exp: success (CSI: unknown is deleted) got: %v", err)
+	}
+	if list, err := e.api.Snapshots(ctx(), "hostdir"); err != nil || len(list.Snapshots) != 0 {
+		t.Fatalf("snapshots after delete exp: none got: %+v (%v)", list, err)
+	}
+	for _, id := range []string{"src", "restored"} {
+		if _, err := e.api.DeleteVolume(ctx(), id); err != nil {
+			t.Fatalf("delete %s exp: no error got: %v", id, err)
+		}
+	}
+	if got := pluginVolumes(t, e); len(got) != 0 {
+		t.Fatalf("plugin volumes after delete exp: none got: %v", got)
+	}
+	if vols, _, err := e.api.Volumes(ctx(), "", structs.QueryOptions{}); err != nil || len(vols) != 0 {
+		t.Fatalf("registered volumes after delete exp: none got: %d (%v)", len(vols), err)
+	}
+}
+
+// expectNodeExpansion reads the record w1's node plugin leaves when it
+// expands a volume.
+func expectNodeExpansion(t *testing.T, e *releaseEnv, vol string, capacity int64) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.root, "expansions", e.nodes["w1"].NodeID, vol+".json"))
+	if err != nil {
+		t.Fatalf("node expansion record of %s exp: present got: %v", vol, err)
+	}
+	var rec struct {
+		CapacityBytes int64 `json:"capacity_bytes"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.CapacityBytes != capacity {
+		t.Fatalf("node expansion record of %s exp: %d bytes got: %s (%v)", vol, capacity, b, err)
+	}
+}
+
+// Topology end to end: the controller creates volumes reachable from zone
+// a, the node plugins report zone a (wa) and zone b (wb). A volume created
+// with a required zone a topology records the plugin's accessible
+// topology; a claim from wb fails its alloc as unschedulable (not retried),
+// a claim from wa runs. Specs the plugin cannot serve or that are bad are
+// refused with nothing changed.
+func TestVolumeLifecycle_TopologyEndToEnd(t *testing.T) {
+	e := newReleaseEnvWith(t, func(p *harness.TestPlugin) { p.Topology = map[string]string{"zone": p.Name[1:]} }, "wa", "wb")
+	e.controller.Stop()
+	e.controller.NoAutoCreate = true
+	e.controller.Topology = map[string]string{"zone": "a"}
+	e.controller.Start()
+	ctx := func() context.Context { return harness.Ctx(t, 60*time.Second) }
+	harness.WaitFor(t, applyWait, func() error {
+		p, _, err := e.api.Plugin(ctx(), "hostdir", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if p.ControllersHealthy != 1 || p.Nodes[e.clients["wb"].NodeID()].AccessibleTopology["zone"] != "b" {
+			return errors.New("plugin exp: healthy controller and wb in zone b got: not yet")
+		}
+		return nil
+	})
+
+	idx, before := volumeTableIndex(t, e), pluginVolumes(t, e)
+	bad := createSpec("zbad")
+	bad.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{}}}
+	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "topology_request.required[0]") {
+		t.Fatalf("empty required topology exp: invalid naming topology_request.required[0] got: %v", err)
+	}
+	elsewhere := createSpec("zc")
+	elsewhere.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{"zone": "c"}}}
+	if _, _, err := e.api.CreateVolume(ctx(), elsewhere); err == nil || !strings.Contains(err.Error(), "requisite") {
+		t.Fatalf("volume required in zone c exp: the plugin's refusal got: %v", err)
+	}
+	if got := volumeTableIndex(t, e); got != idx {
+		t.Fatalf("volumes index after refused creates exp: %d got: %d", idx, got)
+	}
+	if got := pluginVolumes(t, e); strings.Join(got, ",") != strings.Join(before, ",") {
+		t.Fatalf("plugin volumes after refused creates exp: %v got: %v", before, got)
+	}
+
+	spec := createSpec("zoned")
+	spec.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{"zone": "a"}}}
+	vol, _, err := e.api.CreateVolume(ctx(), spec)
+	if err != nil {
+		t.Fatalf("create in zone a exp: no error got: %v", err)
+	}
+	if len(vol.AccessibleTopology) != 1 || vol.AccessibleTopology[0]["zone"] != "a" {
+		t.Fatalf("created volume exp: accessible from zone a got: %v", vol.AccessibleTopology)
+	}
+
+	e.run(t, "from-b", "wb", "zoned")
+	e.waitAlloc(t, "from-b", structs.AllocClientFailed)
+	a, _, err := e.api.Alloc(ctx(), "from-b", structs.QueryOptions{})
+	if err != nil || !strings.Contains(a.ClientDescription, strings.TrimSpace(structs.TopologyRefusal)) {
+		t.Fatalf("claim from zone b exp: failed with the topology reason got: %+v (%v)", a, err)
+	}
+	e.run(t, "from-a", "wa", "zoned")
+	e.waitAlloc(t, "from-a", structs.AllocClientRunning)
+	if n := countCalls(e.nodes["wb"].Audit(), "NodeStageVolume", vol.ExternalID, ""); n != 0 {
+		t.Fatalf("NodeStageVolume on wb exp: 0 got: %d", n)
+	}
+}
+
+// The leader dies after the plugin created a volume but before the
+// register entry: the controller holds CreateVolume's answer back
+// (delay_after) until the leader is shut down hard. Nothing is registered
+// then; the retry at the new leader asks the plugin again by the same name
+// (the volume ID), gets the volume it already made, and registers it:
+// exactly one registered volume and one plugin volume.
+func TestVolumeCreate_LeaderKilledBetweenCreateAndRegister(t *testing.T) {
+	e := newCreateEnv(t)
+	e.controller.SetControl(hostdir.Control{DelayAfter: map[string]string{"CreateVolume": "20s"}})
+	leader := e.c.Leader()
+	if leader == nil {
+		t.Fatal("no leader")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := leader.Client().CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
+		errc <- err
+	}()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if countCalls(e.controller.Audit(), "CreateVolume", "vcrash", "ok") != 1 {
+			return errors.New("CreateVolume of vcrash exp: done by the plugin got: not yet")
+		}
+		return nil
+	})
+	leader.Stop()
+	if err := <-errc; err == nil {
+		t.Fatal("create at a leader that died before registering exp: an error got: success")
+	}
+	next := e.c.WaitForLeader(electionWait)
+	api := next.Client()
+	if _, _, err := api.Volume(harness.Ctx(t, 30*time.Second), "vcrash", structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("volume after the leader died exp: not registered got: %v", err)
+	}
+	if got := pluginVolumes(t, e); strings.Join(got, ",") != "vcrash" {
+		t.Fatalf("plugin volumes after the leader died exp: [vcrash] got: %v", got)
+	}
+
+	e.controller.SetControl(hostdir.Control{})
+	vol, _, err := api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
+	if err != nil {
+		t.Fatalf("retry at the new leader exp: no error got: %v", err)
+	}
+	if vol.ExternalID != "vcrash" || vol.Capacity != 1<<20 {
+		t.Fatalf("retried create exp: the plugin's vcrash of %d bytes got: %+v", 1<<20, vol)
+	}
+	vols, _, err := api.Volumes(harness.Ctx(t, 30*time.Second), "", structs.QueryOptions{})
+	if err != nil || len(vols) != 1 || vols[0].ID != "vcrash" {
+		t.Fatalf("registered volumes exp: exactly vcrash got: %v (%v)", vols, err)
+	}
+	if got := pluginVolumes(t, e); strings.Join(got, ",") != "vcrash" {
+		t.Fatalf("plugin volumes after the retry exp: [vcrash] got: %v", got)
+	}
+	if n := countCalls(e.controller.Audit(), "CreateVolume", "vcrash", "ok"); n != 2 {
+		t.Fatalf("CreateVolume calls exp: 2 (the lost answer and the retry, one volume) got: %d", n)
+	}
+}
+
+// The real binary: `volume snapshot create|list|delete` and `volume expand
+// VOL -capacity SIZE` (flags after the volume, as the issue writes it)
+// through a follower with the CLI certificate and a management token.
+func TestVolumeLifecycle_CLI(t *testing.T) {
+	e := newCreateEnv(t)
+	pki := e.c.PKI()
+	flags := []string{"-address", e.c.Followers()[0].Addr, "-ca-cert", pki.CAFile,
+		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
+		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	cli := func(verb []string, args ...string) harness.CLIResult {
+		return harness.RunCLI(t, append(append(verb, flags...), args...)...)
+	}
+	if _, _, err := e.api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("data")); err != nil {
+		t.Fatal(err)
+	}
+	r := cli([]string{"volume", "snapshot", "create"}, "data", "data-1")
+	if r.Code != 0 || !strings.Contains(r.Stdout, `Snapshot "data-1" of volume "data" created`) {
+		t.Fatalf("snapshot create exp: exit 0 got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	list, err := e.api.Snapshots(harness.Ctx(t, 30*time.Second), "hostdir")
+	if err != nil || len(list.Snapshots) != 1 {
+		t.Fatalf("snapshots exp: 1 got: %+v (%v)", list, err)
+	}
+	id := list.Snapshots[0].ID
+	r = cli([]string{"volume", "snapshot", "list"}, "-plugin", "hostdir")
+	if r.Code != 0 || !strings.Contains(r.Stdout, id) || !strings.Contains(r.Stdout, "data") {
+		t.Fatalf("snapshot list exp: the snapshot with its volume got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = cli([]string{"volume", "expand"}, "data", "-capacity", "3MiB")
+	if r.Code != 0 || !strings.Contains(r.Stdout, `Volume "data" expanded to 3145728 bytes`) {
+		t.Fatalf("expand exp: exit 0 with the new size got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = cli([]string{"volume", "expand"}, "data", "-capacity", "1MiB")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "capacity") || !strings.Contains(r.Stderr, "shrinking") {
+		t.Fatalf("shrink exp: exit 1 naming capacity got: %d %s", r.Code, r.Stderr)
+	}
+	r = cli([]string{"volume", "snapshot", "delete"}, "hostdir", id)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "deleted") {
+		t.Fatalf("snapshot delete exp: exit 0 got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = cli([]string{"volume", "snapshot", "list"})
+	if r.Code != 0 || !strings.Contains(r.Stdout, "No snapshots") {
+		t.Fatalf("snapshot list after delete exp: none got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = cli([]string{"plugin", "status"})
+	if r.Code != 0 || !strings.Contains(r.Stdout, "create_delete_snapshot") || !strings.Contains(r.Stdout, "1/1") {
+		t.Fatalf("plugin status list exp: capabilities and healthy counts got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+}
