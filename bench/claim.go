@@ -52,6 +52,7 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 	res.Started = start
 	w := window{start: start.Add(r.cfg.Warmup)}
 	w.end = w.start.Add(r.cfg.Duration)
+	finishCPU := r.c.cpu.measure(w)
 	var cursor atomic.Int64
 	var exhausted atomic.Bool
 	recs := make([]*recorder, len(clients))
@@ -84,6 +85,7 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 		}()
 	}
 	wg.Wait()
+	finishCPU(res)
 	used := min(int(cursor.Load()), avail)
 	if err := ctx.Err(); err != nil {
 		return used, err
@@ -98,5 +100,6 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 		}
 	}
 	res.fill(m, secs)
+	res.setCycles(res.Releases)
 	return used, nil
 }

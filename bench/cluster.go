@@ -23,6 +23,8 @@ type cluster struct {
 	admin   *api.Client
 	// security is Result.Security for every run.
 	security string
+	// cpu reads the servers' CPU time (bench/cpu.go).
+	cpu *cpuMeter
 }
 
 // discover waits for a leader (up to the call timeout) and learns every
@@ -53,7 +55,27 @@ func discover(ctx context.Context, cfg *Config) (*cluster, error) {
 		admin.Close()
 		return nil, err
 	}
+	c.cpu = newCPUMeter(ctx, c.servers, c.pidOf)
+	if c.cpu.reason != "" {
+		fmt.Fprintf(cfg.Progress, "no server CPU figures: %s\n", c.cpu.reason)
+	} else {
+		fmt.Fprintf(cfg.Progress, "server CPU from /proc: %v\n", c.cpu.servers)
+	}
 	return c, nil
+}
+
+// pidOf asks the server at addr for its process ID.
+func (c *cluster) pidOf(ctx context.Context, addr string) (int, error) {
+	cl, err := api.NewClient(c.cfg.apiConfig([]string{addr}, c.cfg.Token))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	st, err := cl.Runtime(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return st.PID, nil
 }
 
 // probeSecurity says how the tool talks to the cluster (Result.Security):

@@ -86,6 +86,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 	res.Started = start
 	w := window{start: start.Add(r.cfg.Warmup)}
 	w.end = w.start.Add(r.cfg.Duration)
+	finishCPU := r.c.cpu.measure(w)
 	cs := make([]*contender, len(clients))
 	var wg sync.WaitGroup
 	for i, cl := range clients {
@@ -134,6 +135,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 		violations = r.watchClaims(ctx, vols, stopReader, &checks)
 	}()
 	wg.Wait()
+	finishCPU(res)
 	close(stopReader)
 	<-readerDone
 	if err := ctx.Err(); err != nil {
@@ -153,6 +155,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 	res.Refusals = res.Errors[string(structs.CodeMaxClaims)]
 	delete(res.Errors, string(structs.CodeMaxClaims))
 	res.WinsPerSec = float64(res.Wins) / r.cfg.Duration.Seconds()
+	res.setCycles(res.Wins)
 	for v := range vols {
 		var hs []hold
 		for _, c := range cs {

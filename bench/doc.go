@@ -25,6 +25,20 @@
 // success at once. It measures the servers, not a plugin: a real agent
 // adds the plugin's NodeUnpublish/NodeUnstage time to every release.
 //
+// # Server CPU per claim cycle
+//
+// A rate falls when other processes take the cores; the CPU time the
+// servers spend per claim moves much less, so it is the figure to compare
+// on a shared machine (issue 20). cpu.go reads each server process's
+// utime+stime from /proc/PID/stat at the start and the end of the
+// measured window, with the PIDs the servers report (Status.Runtime), and
+// divides by the claim cycles completed in the window: a cycle is one
+// (alloc, volume) pair claimed and released (in contended mode one win).
+// The work a release sets off at the servers (node detach, checkpoint,
+// free) lags the release call by milliseconds and falls in the same
+// window. Servers on non-loopback addresses, or inside the tool's own
+// process (tests), get no figure and the result says why.
+//
 // # Security
 //
 // Against a cluster with TLS and ACLs (Config.TLS, Config.Token) the tool

@@ -52,6 +52,21 @@ type Result struct {
 	DrainSeconds float64 `json:"drain_seconds,omitempty"`
 	Backlog      int     `json:"backlog,omitempty"`
 
+	// Server CPU over the measured window (bench/cpu.go), when the servers
+	// run on this machine; NoCPU says why not otherwise. CPUSeconds sums
+	// every server, TargetCPUSeconds is the server the calls went to.
+	ServerCPU        []ServerCPU `json:"server_cpu,omitempty"`
+	CPUWallSeconds   float64     `json:"cpu_wall_seconds,omitempty"`
+	CPUSeconds       float64     `json:"cpu_seconds,omitempty"`
+	TargetCPUSeconds float64     `json:"target_cpu_seconds,omitempty"`
+	NoCPU            string      `json:"no_cpu,omitempty"`
+	// Cycles are the claim cycles completed in the window (claim mode: a
+	// pair claimed and released; contended: a win), and the servers' CPU
+	// per cycle, summed over all of them and the target's alone.
+	Cycles              int64   `json:"cycles,omitempty"`
+	CPUMSPerCycle       float64 `json:"cpu_ms_per_cycle,omitempty"`
+	TargetCPUMSPerCycle float64 `json:"target_cpu_ms_per_cycle,omitempty"`
+
 	// Contended mode: claims won, claims refused with max_claims, and
 	// safety violations (two claims on a single-node-writer volume seen at
 	// once, by a read or by the callers' own acknowledged intervals).
@@ -115,12 +130,70 @@ func (r *Result) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %d volumes still releasing %.0fs after the run\n", r.Backlog, r.DrainSeconds)
 		}
 	}
+	r.writeCPUText(w)
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(w, "  errors: %s\n", fmtErrors(r.Errors))
 	}
 	if r.LeaderChanged {
 		fmt.Fprintf(w, "  the leader changed during the run\n")
 	}
+}
+
+// writeCPUText prints the servers' CPU over the window, per server and
+// per claim cycle.
+func (r *Result) writeCPUText(w io.Writer) {
+	if r.Mode == ModeRelease {
+		return
+	}
+	if r.ServerCPU == nil {
+		if r.NoCPU != "" {
+			fmt.Fprintf(w, "  server CPU: not measured (%s)\n", r.NoCPU)
+		}
+		return
+	}
+	parts := make([]string, 0, len(r.ServerCPU))
+	for _, s := range r.ServerCPU {
+		share := 0.0
+		if r.CPUWallSeconds > 0 {
+			share = 100 * s.Seconds / r.CPUWallSeconds
+		}
+		parts = append(parts, fmt.Sprintf("%s pid %d %.2fs (%.0f%% of a core)", s.Address, s.PID, s.Seconds, share))
+	}
+	fmt.Fprintf(w, "  server CPU over %.2fs: %s\n", r.CPUWallSeconds, strings.Join(parts, ", "))
+	if r.Cycles > 0 {
+		fmt.Fprintf(w, "  CPU per claim cycle: %.3f ms all servers, %.3f ms target (%d cycles)\n",
+			r.CPUMSPerCycle, r.TargetCPUMSPerCycle, r.Cycles)
+	}
+}
+
+// medianCPU is the median over runs of the CPU ms per claim cycle, the
+// target's and all servers' (each its own median); ok is false when no
+// run measured it. CPU per cycle is steadier than throughput on a busy
+// machine, so it gets its own median rather than the throughput median's.
+func medianCPU(rs []*Result) (target, all float64, ok bool) {
+	var ts, as []float64
+	for _, r := range rs {
+		if r.Cycles > 0 && r.ServerCPU != nil {
+			ts = append(ts, r.TargetCPUMSPerCycle)
+			as = append(as, r.CPUMSPerCycle)
+		}
+	}
+	if len(as) == 0 {
+		return 0, 0, false
+	}
+	sort.Float64s(ts)
+	sort.Float64s(as)
+	return ts[len(ts)/2], as[len(as)/2], true
+}
+
+// cpuText is a table cell: the runs' median CPU ms per cycle, target / all
+// servers.
+func cpuText(rs []*Result) string {
+	t, a, ok := medianCPU(rs)
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3f / %.3f", t, a)
 }
 
 func fmtMS(v float64) string {
@@ -220,7 +293,7 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 func writeClaimTable(w io.Writer, rs []*Result) {
 	var order []claimConfig
 	groups := map[claimConfig][]*Result{}
-	drains, repeated, secured := false, false, false
+	drains, repeated, secured, cpu := false, false, false, false
 	for _, r := range rs {
 		c := claimConfig{r.Security, r.Target, r.Callers}
 		if _, ok := groups[c]; !ok {
@@ -230,14 +303,19 @@ func writeClaimTable(w io.Writer, rs []*Result) {
 		repeated = repeated || len(groups[c]) > 1
 		drains = drains || r.Drained || r.Backlog > 0
 		secured = secured || r.Security != ""
+		cpu = cpu || r.ServerCPU != nil
 	}
-	fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases):")
+	fmt.Fprintln(w, "Claim + release of distinct volumes (claim calls/s counts claims and releases; a claim cycle is one claim and its release):")
 	fmt.Fprintln(w)
 	header := "| target | callers | claim calls/s | claims/s | p50 | p90 | p99 | max | errors |"
 	rule := "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 	if secured {
 		header = "| security " + header
 		rule = "| --- " + rule
+	}
+	if cpu {
+		header += " CPU ms per claim cycle, target / all servers (median) |"
+		rule += " ---: |"
 	}
 	if repeated {
 		header += " runs: claim calls/s |"
@@ -273,6 +351,9 @@ func writeClaimTable(w io.Writer, rs []*Result) {
 			target, r.Callers, r.OpsPerSec, note, r.ClaimsPerSec,
 			fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
 			fmtErrors(errs))
+		if cpu {
+			fmt.Fprintf(w, " %s |", cpuText(g))
+		}
 		if repeated {
 			if len(g) == 1 {
 				fmt.Fprintf(w, " 1 |")
@@ -317,8 +398,8 @@ func writeSecurityCost(w io.Writer, order []claimConfig, groups map[claimConfig]
 			fmt.Fprintln(w)
 			fmt.Fprintln(w, "Cost of security: secured median over plaintext median (cost = 1 − throughput ratio); pairs are the runs made next to each other:")
 			fmt.Fprintln(w)
-			fmt.Fprintln(w, "| security | target | callers | plaintext calls/s | secured calls/s | throughput ratio | cost | p50 plaintext → secured | p99 plaintext → secured | pair ratios |")
-			fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
+			fmt.Fprintln(w, "| security | target | callers | plaintext calls/s | secured calls/s | throughput ratio | cost | p50 plaintext → secured | p99 plaintext → secured | pair ratios | CPU per cycle ratio, target / all servers |")
+			fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: |")
 		}
 		sec := groups[c]
 		p, s := median(byThroughput(plain)), median(byThroughput(sec))
@@ -332,10 +413,16 @@ func writeSecurityCost(w io.Writer, order []claimConfig, groups map[claimConfig]
 				pairs = append(pairs, fmt.Sprintf("%.2f", sec[i].OpsPerSec/plain[i].OpsPerSec))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.2f | %.0f%% | %s → %s | %s → %s | %s |\n",
+		cpuRatio := "n/a"
+		pt, pa, pok := medianCPU(plain)
+		st, sa, sok := medianCPU(sec)
+		if pok && sok && pt > 0 && pa > 0 {
+			cpuRatio = fmt.Sprintf("%.2f / %.2f", st/pt, sa/pa)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.2f | %.0f%% | %s → %s | %s → %s | %s | %s |\n",
 			securityText(c.security), c.target, c.callers, p.OpsPerSec, s.OpsPerSec, ratio, 100*(1-ratio),
 			fmtMS(p.Latency.P50), fmtMS(s.Latency.P50), fmtMS(p.Latency.P99), fmtMS(s.Latency.P99),
-			strings.Join(pairs, ", "))
+			strings.Join(pairs, ", "), cpuRatio)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"os"
 	"runtime"
 	"sort"
 
@@ -110,7 +111,7 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	sec := s.srv.Security()
-	*reply = structs.RuntimeStats{Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
+	*reply = structs.RuntimeStats{PID: os.Getpid(), Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
 		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load(),
 		OpeningRefused: sec.OpeningRefused.Load()}
 	return nil

@@ -77,6 +77,10 @@ type StateDigest struct {
 // RuntimeStats is a server process's own health, for operators and the
 // chaos suite's leak checks.
 type RuntimeStats struct {
+	// PID is the server's operating-system process ID, so that a tool on
+	// the same machine (claimd bench) can read the process's CPU time from
+	// /proc. Zero from servers older than the field.
+	PID        int
 	Goroutines int
 	HeapBytes  uint64
 	// Security counters since the server started: calls refused by ACLs,

@@ -34,9 +34,16 @@ the servers, not a CSI plugin. Modes:
   release    -volumes allocs claim, are stopped together and reported
              complete; times each claim from the stop until freed
 
+Server CPU: when the servers run on this machine (loopback addresses), each
+process of its own, the tool asks each for its process ID (Status.Runtime)
+and reads its user+system CPU time from /proc/PID/stat at the start and end
+of the measured window; it prints each server's CPU and the CPU per claim
+cycle (one claim and its release; contended: one win), summed over the
+servers and for the target alone. Otherwise it says why it has none.
+
 Against a cluster with ACLs, -token (or CLAIMD_TOKEN) is a token that may
-register and deregister volumes and nodes, place and stop allocs and read
-evals (a management token will do); the simulated node registers with it
+register and deregister volumes and nodes, place and stop allocs, read
+evals and read the operator's Status.Runtime (a management token will do); the simulated node registers with it
 once, then, like a client agent, authenticates every call with its node
 secret, and the callers claim with that secret too. With TLS, -ca-cert,
 -client-cert and -client-key (a client certificate) make every connection
