@@ -413,3 +413,69 @@ func TestVolumeLifecycle_CLI(t *testing.T) {
 		t.Fatalf("plugin status list exp: capabilities and healthy counts got: %d %q %s", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// A plugin that does not advertise what a request needs is refused before
+// any call, as invalid naming the field: its only controller is a node
+// registered over the API with no agent behind it, so a call that got
+// through would fail unavailable instead. The same plugin with the
+// capabilities gets as far as that call.
+func TestVolumeLifecycle_RefusedWithoutCapability(t *testing.T) {
+	c := harness.NewCluster(t, 3, harness.Options{Configure: longHeartbeats})
+	c.StartAll()
+	c.WaitForLeader(electionWait)
+	cl := c.Followers()[0].Client()
+	ctx := func() context.Context { return harness.Ctx(t, 60*time.Second) }
+	register := func(id string, cc *structs.CSIControllerCapabilities, nc *structs.CSINodeCapabilities) {
+		t.Helper()
+		node := &structs.Node{ID: "n-" + id, Name: id, SecretID: "secret-" + id, Status: structs.NodeStatusReady,
+			CSIControllerPlugins: map[string]*structs.CSIInfo{id: {PluginID: id, Healthy: true, ControllerCapabilities: cc}},
+			CSINodePlugins:       map[string]*structs.CSIInfo{id: {PluginID: id, Healthy: true, ExternalNodeID: "ext", NodeCapabilities: nc}}}
+		// Registering binds the session as the node's; a session of its
+		// own, closed at once, leaves the node with none.
+		reg := c.Followers()[1].Client()
+		_, err := reg.RegisterNode(ctx(), node)
+		reg.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := testVolume("vol-" + id)
+		v.PluginID = id
+		if _, err := cl.RegisterVolumes(ctx(), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("bare", &structs.CSIControllerCapabilities{PublishUnpublish: true}, &structs.CSINodeCapabilities{})
+	register("able", &structs.CSIControllerCapabilities{CreateDeleteSnapshot: true, ListSnapshots: true, ExpandVolume: true},
+		&structs.CSINodeCapabilities{ExpandVolume: true})
+
+	wantInvalid := func(what, field, capability string, err error) {
+		t.Helper()
+		if !errors.Is(err, structs.ErrInvalid) || !strings.HasPrefix(strings.TrimPrefix(err.Error(), "invalid: "), field+":") ||
+			!strings.Contains(err.Error(), capability) {
+			t.Fatalf("%s exp: invalid naming %s and %s got: %v", what, field, capability, err)
+		}
+	}
+	_, err := cl.CreateSnapshot(ctx(), "vol-bare", "s1", nil)
+	wantInvalid("snapshot create", "volume_id", "CREATE_DELETE_SNAPSHOT", err)
+	wantInvalid("snapshot delete", "plugin_id", "CREATE_DELETE_SNAPSHOT", cl.DeleteSnapshot(ctx(), "bare", "s1"))
+	_, err = cl.Snapshots(ctx(), "bare")
+	wantInvalid("snapshot list", "plugin_id", "LIST_SNAPSHOTS", err)
+	_, err = cl.ExpandVolume(ctx(), "vol-bare", 1<<30)
+	wantInvalid("expand", "volume_id", "EXPAND_VOLUME", err)
+	// Listing every plugin skips the one that cannot list.
+	if list, err := cl.Snapshots(ctx(), ""); err != nil || len(list.Unreachable) != 1 || list.Unreachable["able"] == "" {
+		t.Fatalf("snapshot list of every plugin exp: only able asked (unreachable, no agent) got: %+v (%v)", list, err)
+	}
+
+	_, err = cl.CreateSnapshot(ctx(), "vol-able", "s1", nil)
+	if !errors.Is(err, structs.ErrUnavailable) {
+		t.Fatalf("snapshot create with the capability exp: the controller call tried (unavailable) got: %v", err)
+	}
+	_, err = cl.ExpandVolume(ctx(), "vol-able", 1<<30)
+	if !errors.Is(err, structs.ErrUnavailable) {
+		t.Fatalf("expand with the capability exp: the controller call tried (unavailable) got: %v", err)
+	}
+	if v, _, err := cl.Volume(ctx(), "vol-able", structs.QueryOptions{}); err != nil || v.Capacity != 0 {
+		t.Fatalf("volume after a failed expand exp: capacity unchanged got: %+v (%v)", v, err)
+	}
+}
