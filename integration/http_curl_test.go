@@ -72,13 +72,17 @@ func (r curlResult) String() string {
 // and curl with the files and token the agent printed. Register a volume,
 // read it, watch it with a blocking query in the background while it is
 // registered again, and ask the agent's health.
-func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
+// startDevAgent runs `claimd agent -dev` with its HTTP API and returns the
+// process, the CLI environment it printed, the API's URL and the token
+// header (the test is skipped without curl).
+func startDevAgent(t *testing.T) (dev *harness.Process, env map[string]string, url, token string) {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not on PATH (CI's .ci/run installs it)")
 	}
 	addr, httpAddr := harness.FreeAddr(t), harness.FreeAddr(t)
-	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-http-addr", httpAddr, "-raft-multiplier", "0.2")
-	env := map[string]string{}
+	dev = harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-http-addr", httpAddr, "-raft-multiplier", "0.2")
+	env = map[string]string{}
 	harness.WaitFor(t, 30*time.Second, func() error {
 		for _, line := range strings.Split(dev.Output(), "\n") {
 			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "export "); ok {
@@ -94,8 +98,11 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 	if !strings.Contains(dev.Output(), "claimd HTTP API: https://"+httpAddr) {
 		t.Fatalf("dev agent exp: its HTTP API's URL got: %q", dev.Output())
 	}
-	url := "https://" + httpAddr
-	token := "X-Claimd-Token: " + env["CLAIMD_TOKEN"]
+	return dev, env, "https://" + httpAddr, "X-Claimd-Token: " + env["CLAIMD_TOKEN"]
+}
+
+func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
+	dev, env, url, token := startDevAgent(t)
 
 	// Without a client certificate the handshake fails, as on the RPC port.
 	out, err := exec.Command("curl", "-sS", "--max-time", "30", "--cacert", env["CLAIMD_CACERT"], url+"/v1/agent/health").CombinedOutput()
@@ -205,6 +212,59 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 		t.Fatalf("snapshot inspect over HTTP exp: 200, one volume got: %s", r)
 	}
 
+	if err := dev.Signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The volume lifecycle routes with curl, as docs/http-api.md shows them:
+// create, snapshot (twice: the same snapshot), list, create from the
+// snapshot, expand (and a refused shrink), delete the snapshot.
+func TestHTTPAPI_CurlVolumeLifecycle(t *testing.T) {
+	dev, env, url, token := startDevAgent(t)
+	put := func(path, body string) curlResult {
+		return runCurl(t, env, "-H", token, "-X", "PUT", "--data", body, url+path)
+	}
+	caps := `"capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]`
+	if r := put("/v1/volume/scratch/create", `{"plugin_id":"hostdir","capacity_min":1048576,`+caps+`}`); r.status != 200 {
+		t.Fatalf("create exp: 200 got: %s", r)
+	}
+	var snap struct {
+		ID             string `json:"id"`
+		SourceVolumeID string `json:"source_volume_id"`
+	}
+	r := put("/v1/volume/scratch/snapshot", `{"name":"scratch-monday"}`)
+	if r.status != 200 || json.Unmarshal(r.body, &snap) != nil || snap.ID == "" || snap.SourceVolumeID != "scratch" {
+		t.Fatalf("snapshot exp: 200 with the snapshot of scratch got: %s", r)
+	}
+	if r := put("/v1/volume/scratch/snapshot", `{"name":"scratch-monday"}`); r.status != 200 || !bytes.Contains(r.body, []byte(snap.ID)) {
+		t.Fatalf("repeated snapshot exp: 200, the same snapshot got: %s", r)
+	}
+	r = runCurl(t, env, "-H", token, url+"/v1/snapshots?plugin=hostdir")
+	var list struct {
+		Snapshots []struct {
+			ID string `json:"id"`
+		} `json:"snapshots"`
+	}
+	if r.status != 200 || json.Unmarshal(r.body, &list) != nil || len(list.Snapshots) != 1 || list.Snapshots[0].ID != snap.ID {
+		t.Fatalf("snapshot list exp: 200 with one snapshot got: %s", r)
+	}
+	if r := put("/v1/volume/restored/create", `{"plugin_id":"hostdir","snapshot_id":"`+snap.ID+`",`+caps+`}`); r.status != 200 {
+		t.Fatalf("create from snapshot exp: 200 got: %s", r)
+	}
+	r = put("/v1/volume/restored/expand", `{"capacity":4194304}`)
+	if r.status != 200 || !bytes.Contains(r.body, []byte(`"capacity": 4194304`)) || r.header["x-claimd-index"] == "" {
+		t.Fatalf("expand exp: 200 with the capacity and an index got: %s", r)
+	}
+	if r := put("/v1/volume/restored/expand", `{"capacity":1024}`); r.status != 400 || !bytes.Contains(r.body, []byte("capacity")) {
+		t.Fatalf("shrink exp: 400 naming capacity got: %s", r)
+	}
+	if r := runCurl(t, env, "-H", token, "-X", "DELETE", url+"/v1/snapshot?plugin=hostdir&id="+snap.ID); r.status != 200 {
+		t.Fatalf("snapshot delete exp: 200 got: %s", r)
+	}
+	if r := runCurl(t, env, "-H", token, url+"/v1/snapshots"); r.status != 200 || !bytes.Contains(r.body, []byte(`"snapshots": []`)) {
+		t.Fatalf("snapshot list after delete exp: 200, none got: %s", r)
+	}
 	if err := dev.Signal(syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
