@@ -128,13 +128,14 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 	delete(v.WriteClaims, req.AllocID)
 	delete(v.PastClaims, req.AllocID)
 	var out *structs.Claim
+	moved := c.WithStep(req.State, tx.index, tx.at)
+	moved.ForcedSkip = moved.ForcedSkip || req.ForcedSkip
+	moved.NodeDetachSkipped = moved.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached
 	if req.State != structs.ClaimStateFreed {
-		out = c.Copy()
-		out.State = req.State
-		out.ForcedSkip = out.ForcedSkip || req.ForcedSkip
-		out.NodeDetachSkipped = out.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached
-		out.ModifyIndex = tx.index
+		out = moved
 		v.PastClaims = putClaim(v.PastClaims, out)
+	} else {
+		keepReleased(v, moved)
 	}
 	tidyClaims(v)
 	tx.put(TableVolumes, v)

@@ -137,6 +137,7 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 		VolumeID: old.ID, AllocID: a.ID, NodeID: n.ID, ExternalNodeID: extID,
 		Mode: r.Mode, AccessMode: old.AccessMode, AttachmentMode: old.AttachmentMode,
 		State: structs.ClaimStateTaken, CreateIndex: tx.index, ModifyIndex: tx.index,
+		Steps: []structs.ClaimStep{{State: structs.ClaimStateTaken, Index: tx.index, Time: tx.at}},
 	}
 	v := cowVolume(old, tx.index)
 	if r.Mode == structs.ClaimModeWrite {
@@ -172,7 +173,7 @@ func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error
 		return old.PastClaims[r.AllocID], nil
 	}
 	v := cowVolume(old, tx.index)
-	makePast(v, r.AllocID, tx.index)
+	makePast(tx, v, r.AllocID)
 	tx.put(TableVolumes, v)
 	ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
 	return v.PastClaims[r.AllocID], nil

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -24,7 +25,7 @@ func (e *CorruptEntryError) Error() string {
 func (e *CorruptEntryError) Unwrap() error { return e.Err }
 
 // command applies one decoded entry body at a Raft index.
-type command func(s *StateStore, index uint64, body []byte) any
+type command func(s *StateStore, index uint64, at time.Time, body []byte) any
 
 // commands is the dispatch table, filled by registerCommand from the init
 // functions of the apply_*.go files (Consul's pattern): adding an entry
@@ -42,12 +43,13 @@ func registerCommand[T any](t structs.MessageType, apply func(tx *txn, req *T) (
 	if t&structs.IgnoreUnknownTypeFlag != 0 {
 		panic(fmt.Sprintf("fsm: message type %d has the ignore flag set", t))
 	}
-	commands[t] = func(s *StateStore, index uint64, body []byte) any {
+	commands[t] = func(s *StateStore, index uint64, at time.Time, body []byte) any {
 		req := new(T)
 		if err := structs.Decode(body, req); err != nil {
 			panic(&CorruptEntryError{Index: index, Type: t, Err: fmt.Errorf("decode %T: %w", req, err)})
 		}
 		tx := s.writeTxn(index)
+		tx.at = at
 		// Abort after Commit is a no-op; without it a panic in a handler
 		// would leave memdb's writer lock held.
 		defer tx.Abort()
@@ -61,7 +63,11 @@ func registerCommand[T any](t structs.MessageType, apply func(tx *txn, req *T) (
 }
 
 // apply is Apply without Raft: tests and benchmarks drive it directly.
-func (f *FSM) apply(index uint64, data []byte) any {
+func (f *FSM) apply(index uint64, data []byte) any { return f.applyAt(index, time.Time{}, data) }
+
+// applyAt applies an entry appended by the leader at a time (claim steps
+// record it).
+func (f *FSM) applyAt(index uint64, at time.Time, data []byte) any {
 	if len(data) == 0 {
 		panic(&CorruptEntryError{Index: index, Err: fmt.Errorf("empty entry")})
 	}
@@ -76,5 +82,5 @@ func (f *FSM) apply(index uint64, data []byte) any {
 		}
 		panic(&CorruptEntryError{Index: index, Type: t, Err: fmt.Errorf("unknown message type")})
 	}
-	return cmd(f.State(), index, data[1:])
+	return cmd(f.State(), index, at, data[1:])
 }

@@ -37,7 +37,7 @@ func (f *FSM) State() *StateStore { return f.state.Load() }
 // Apply applies one committed log entry. It returns nil, an error value for
 // a refused request, or a typed response; it panics only on an entry it
 // cannot decode or does not know (see CorruptEntryError).
-func (f *FSM) Apply(l *raft.Log) any { return f.apply(l.Index, l.Data) }
+func (f *FSM) Apply(l *raft.Log) any { return f.applyAt(l.Index, l.AppendedAt, l.Data) }
 
 // Snapshot captures the state as of the last applied entry. It is cheap (a
 // memdb read transaction); the encoding happens in Persist.

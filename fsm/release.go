@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -22,14 +23,12 @@ func cowVolume(v *structs.Volume, index uint64) *structs.Volume {
 
 // makePast moves an alloc's live claim on v (a cowVolume copy) to the past
 // claims in state unpublishing. It reports whether there was one.
-func makePast(v *structs.Volume, allocID string, index uint64) bool {
+func makePast(tx *txn, v *structs.Volume, allocID string) bool {
 	c := v.LiveClaim(allocID)
 	if c == nil {
 		return false
 	}
-	past := c.Copy()
-	past.State = structs.ClaimStateUnpublishing
-	past.ModifyIndex = index
+	past := c.WithStep(structs.ClaimStateUnpublishing, tx.index, tx.at)
 	delete(v.ReadClaims, allocID)
 	delete(v.WriteClaims, allocID)
 	if v.PastClaims == nil {
@@ -38,6 +37,16 @@ func makePast(v *structs.Volume, allocID string, index uint64) bool {
 	v.PastClaims[allocID] = past
 	tidyClaims(v)
 	return true
+}
+
+// keepReleased appends a freed claim to the volume's short history (a
+// cowVolume copy), dropping the oldest beyond MaxReleasedClaims.
+func keepReleased(v *structs.Volume, freed *structs.Claim) {
+	keep := append(slices.Clip(v.Released), freed)
+	if n := len(keep) - structs.MaxReleasedClaims; n > 0 {
+		keep = keep[n:]
+	}
+	v.Released = keep
 }
 
 // tidyClaims drops empty claim maps (so a volume's encoding does not depend
@@ -73,7 +82,7 @@ func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
 		}
 		if old.LiveClaim(a.ID) != nil {
 			v := cowVolume(old, tx.index)
-			makePast(v, a.ID, tx.index)
+			makePast(tx, v, a.ID)
 			tx.put(TableVolumes, v)
 		}
 		ensurePendingEval(tx, id, trigger)

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 )
@@ -131,7 +132,9 @@ func firstAs[T any](raw any, err error) (*T, error) {
 // CreateIndex), and every table written gets it in the index table.
 type txn struct {
 	*memdb.Txn
-	index   uint64
+	index uint64
+	// at is when the leader appended the entry (zero without Raft).
+	at      time.Time
 	touched map[string]bool
 }
 

@@ -1,6 +1,10 @@
 package structs
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"time"
+)
 
 // ClaimMode says whether an alloc reads or writes a volume.
 type ClaimMode string
@@ -73,9 +77,33 @@ type Claim struct {
 	// without a node unpublish and unstage: the one exception to S3, always
 	// operator-forced, and kept on the claim so it shows in status output.
 	NodeDetachSkipped bool `json:"node_detach_skipped,omitempty"`
+	// Steps is the claim's timeline, one entry per state it reached (taken,
+	// unpublishing, ...), oldest first: what the UI and status output show
+	// to say where a release stopped and since when.
+	Steps []ClaimStep `json:"steps,omitempty"`
 
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
+}
+
+// ClaimStep is one state a claim reached, at which Raft index, and when the
+// leader appended that entry (raft.Log.AppendedAt: the same on every
+// server, so replaying the log rebuilds the same steps). Time is zero for
+// an entry without a time (tests that apply entries without Raft).
+type ClaimStep struct {
+	State ClaimState `json:"state"`
+	Index uint64     `json:"index"`
+	Time  time.Time  `json:"time"`
+}
+
+// WithStep returns a copy of c in state s with the step recorded. The
+// copy's step list is new: the original's is shared with stored claims.
+func (c *Claim) WithStep(s ClaimState, index uint64, at time.Time) *Claim {
+	out := c.Copy()
+	out.State = s
+	out.ModifyIndex = index
+	out.Steps = append(slices.Clip(c.Steps), ClaimStep{State: s, Index: index, Time: at})
+	return out
 }
 
 // Copy returns a deep copy; state-store objects are never mutated in place.
@@ -85,6 +113,7 @@ func (c *Claim) Copy() *Claim {
 	}
 	out := *c
 	out.PublishContext = copyStringMap(c.PublishContext)
+	out.Steps = slices.Clone(c.Steps)
 	return &out
 }
 

@@ -107,6 +107,11 @@ type Volume struct {
 	ReadClaims  map[string]*Claim `json:"read_claims,omitempty"`
 	WriteClaims map[string]*Claim `json:"write_claims,omitempty"`
 	PastClaims  map[string]*Claim `json:"past_claims,omitempty"`
+	// Released are the last MaxReleasedClaims freed claims, oldest first,
+	// each with its steps up to freed: a freed claim is deleted, and
+	// without these its release timeline would go with it. They hold
+	// nothing: no rule counts them.
+	Released []*Claim `json:"released,omitempty"`
 
 	// CurrentAccessMode and CurrentAttachmentMode are the modes the volume
 	// is in use with: set by the first claim, kept while any claim (live or
@@ -119,6 +124,10 @@ type Volume struct {
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
 }
+
+// MaxReleasedClaims bounds Volume.Released, so a volume's size does not grow
+// with its history.
+const MaxReleasedClaims = 5
 
 // ValidateID checks an object ID: 1-128 characters of letters, digits, '.',
 // '_' and '-', starting with a letter or digit.
@@ -336,6 +345,12 @@ func (v *Volume) Copy() *Volume {
 	c.ReadClaims = copyClaims(v.ReadClaims)
 	c.WriteClaims = copyClaims(v.WriteClaims)
 	c.PastClaims = copyClaims(v.PastClaims)
+	if v.Released != nil {
+		c.Released = make([]*Claim, len(v.Released))
+		for i, r := range v.Released {
+			c.Released[i] = r.Copy()
+		}
+	}
 	return &c
 }
 

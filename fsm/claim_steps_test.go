@@ -1,0 +1,95 @@
+package fsm
+
+import (
+	"bytes"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// applyLogAt applies an entry as Raft does, with the leader's append time.
+func (h *harness) applyLogAt(at time.Time, mt structs.MessageType, req any) any {
+	h.t.Helper()
+	data, err := structs.Encode(mt, req)
+	if err != nil {
+		h.t.Fatalf("encode: %v", err)
+	}
+	h.index++
+	resp := h.f.Apply(&raft.Log{Index: h.index, Data: data, AppendedAt: at})
+	if err, ok := resp.(error); ok {
+		h.t.Fatalf("apply type %d: exp: success got: %v", mt, err)
+	}
+	return resp
+}
+
+// A claim records each state it reaches with the entry's Raft index and
+// the leader's append time, and the freed claim's timeline stays on the
+// volume (bounded), through a snapshot too.
+func TestClaimSteps_TimelineWithIndexAndTimeOutlivesTheClaim(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	takenAt := h.index
+	base := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	h.applyLogAt(base, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
+		{VolumeID: "v1", AllocID: "a1", Release: true}}})
+	want := []structs.ClaimStep{
+		{State: structs.ClaimStateTaken, Index: takenAt},
+		{State: structs.ClaimStateUnpublishing, Index: h.index, Time: base},
+	}
+	for i, st := range []structs.ClaimState{structs.ClaimStateNodeDetached, structs.ClaimStateControllerDetached, structs.ClaimStateFreed} {
+		at := base.Add(time.Duration(i+1) * time.Minute)
+		h.applyLogAt(at, structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: st})
+		want = append(want, structs.ClaimStep{State: st, Index: h.index, Time: at})
+		if st != structs.ClaimStateFreed {
+			if got := h.volume("v1").PastClaims["a1"].Steps; !stepsEqual(got, want) {
+				t.Fatalf("after %s: exp: %+v got: %+v", st, want, got)
+			}
+		}
+	}
+	v := h.volume("v1")
+	if v.HasClaims() || len(v.Released) != 1 || !stepsEqual(v.Released[0].Steps, want) || v.Released[0].State != structs.ClaimStateFreed {
+		t.Fatalf("exp: one released claim with steps %+v got: %+v", want, v.Released)
+	}
+
+	f2 := New(nil)
+	if err := f2.Restore(io.NopCloser(bytes.NewReader(mustSnapshotBytes(t, h.f)))); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got, _ := f2.State().VolumeByID(nil, "v1"); len(got.Released) != 1 || !stepsEqual(got.Released[0].Steps, want) {
+		t.Fatalf("after snapshot: exp: steps %+v got: %+v", want, got.Released)
+	}
+}
+
+func TestClaimSteps_ReleasedHistoryIsBounded(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	for i := 0; i < structs.MaxReleasedClaims+2; i++ {
+		alloc := "a1"
+		if i > 0 {
+			alloc = "b" + string(rune('0'+i))
+			h.placeAllocs(testAlloc(alloc, "n1", "v1"))
+			h.mustClaim("v1", alloc, "n1", structs.ClaimModeWrite)
+		}
+		h.release("v1", alloc)
+		h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{
+			VolumeID: "v1", AllocID: alloc, State: structs.ClaimStateFreed, ForcedSkip: true})
+	}
+	v := h.volume("v1")
+	if len(v.Released) != structs.MaxReleasedClaims || v.Released[len(v.Released)-1].AllocID != "b6" {
+		t.Fatalf("exp: the newest %d released claims, newest last got: %d, last %+v", structs.MaxReleasedClaims, len(v.Released), v.Released[len(v.Released)-1])
+	}
+}
+
+func stepsEqual(a, b []structs.ClaimStep) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].State != b[i].State || a[i].Index != b[i].Index || !a[i].Time.Equal(b[i].Time) {
+			return false
+		}
+	}
+	return true
+}
