@@ -128,7 +128,11 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 	delete(v.WriteClaims, req.AllocID)
 	delete(v.PastClaims, req.AllocID)
 	var out *structs.Claim
-	moved := c.WithStep(req.State, tx.index, tx.at)
+	moved := c
+	for _, st := range passedThrough(c.State, req) {
+		moved = moved.WithStep(st, tx.index, tx.at)
+	}
+	moved = moved.WithStep(req.State, tx.index, tx.at)
 	moved.ForcedSkip = moved.ForcedSkip || req.ForcedSkip
 	moved.NodeDetachSkipped = moved.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached
 	if req.State != structs.ClaimStateFreed {
@@ -146,4 +150,23 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 		completeVolumeEvals(tx, v.ID, "all past claims freed")
 	}
 	return out.Copy(), nil
+}
+
+// passedThrough are the states a checkpoint moves a claim through without
+// stopping, that happened in the entry's step: node-detached when the
+// caller node-detached the claim on the way (NodeDetached), and
+// controller-detached when a node-detached claim is freed (the watcher
+// detaches the controller and frees in one checkpoint). A forced skip
+// passes through nothing: the steps show what was done, and
+// NodeDetachSkipped what was not.
+func passedThrough(from structs.ClaimState, req *structs.ClaimCheckpointRequest) []structs.ClaimState {
+	var out []structs.ClaimState
+	nd, cd := structs.ClaimStateNodeDetached, structs.ClaimStateControllerDetached
+	if req.NodeDetached && from.Rank() < nd.Rank() && req.State.Rank() > nd.Rank() {
+		out = append(out, nd)
+	}
+	if from == nd && req.State.Rank() > cd.Rank() && !req.ForcedSkip {
+		out = append(out, cd)
+	}
+	return out
 }

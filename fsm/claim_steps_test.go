@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,43 @@ func TestClaimSteps_TimelineWithIndexAndTimeOutlivesTheClaim(t *testing.T) {
 	if got, _ := f2.State().VolumeByID(nil, "v1"); len(got.Released) != 1 || !stepsEqual(got.Released[0].Steps, want) {
 		t.Fatalf("after snapshot: exp: steps %+v got: %+v", want, got.Released)
 	}
+}
+
+// The watcher's one-entry checkpoints record the states they pass
+// through: controller detach and free together, node detach and free
+// together for a plugin without a controller.
+func TestClaimSteps_PassedThroughStatesAreRecorded(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.release("v1", "a1")
+	h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached})
+	h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed})
+	if got := stepStates(h.volume("v1").Released[0]); got != "taken,unpublishing,node-detached,controller-detached,freed" {
+		t.Fatalf("controller detach and free in one entry: exp: every step got: %s", got)
+	}
+
+	h.placeAllocs(testAlloc("a2", "n1", "v1"))
+	h.mustClaim("v1", "a2", "n1", structs.ClaimModeWrite)
+	h.release("v1", "a2")
+	h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a2", State: structs.ClaimStateFreed, NodeDetached: true})
+	if got := stepStates(h.volume("v1").Released[1]); got != "taken,unpublishing,node-detached,freed" {
+		t.Fatalf("node detach and free in one entry: exp: no controller step got: %s", got)
+	}
+
+	h.placeAllocs(testAlloc("a3", "n1", "v1"))
+	h.mustClaim("v1", "a3", "n1", structs.ClaimModeWrite)
+	h.release("v1", "a3")
+	h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a3", State: structs.ClaimStateFreed, ForcedSkip: true})
+	if c := h.volume("v1").Released[2]; stepStates(c) != "taken,unpublishing,freed" || !c.NodeDetachSkipped {
+		t.Fatalf("forced free: exp: no step that was not done, node detach skipped got: %s %+v", stepStates(c), c)
+	}
+}
+
+func stepStates(c *structs.Claim) string {
+	var out []string
+	for _, s := range c.Steps {
+		out = append(out, string(s.State))
+	}
+	return strings.Join(out, ",")
 }
 
 func TestClaimSteps_ReleasedHistoryIsBounded(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/ui"
 )
 
 // routes registers every route. docs/http-api.md documents each one; keep
@@ -79,6 +80,12 @@ func (s *Server) routes() {
 
 	handle("GET /v1/agent/health", nil, s.agentHealth)
 	handle("GET /v1/agent/self", nil, s.agentSelf)
+
+	// The web UI: static files that call the routes above from the
+	// browser, with the user's token (package ui).
+	s.mux.Handle("GET "+ui.Prefix, ui.Handler())
+	s.mux.Handle("GET /{$}", http.RedirectHandler(ui.Prefix, http.StatusFound))
+	s.patterns = append(s.patterns, "GET "+ui.Prefix, "GET /")
 }
 
 // rpcMethods are the only RPC methods the routes call. Each is authorized

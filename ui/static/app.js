@@ -1,0 +1,581 @@
+// claimd web UI: plain JavaScript, no build step, no dependency.
+//
+// Every page reads the cluster through the public HTTP API with the token
+// kept in this tab's session storage; the servers decide what it may see
+// and do. A page stays current through one blocking query at a time (the
+// API's ?index=&wait=), so an idle page costs the servers one waiting
+// request, not a poll every second.
+"use strict";
+
+const TOKEN_KEY = "claimd-token";
+// How long a blocking query waits for a change. Pages that also show data
+// kept outside Raft (the leader's release retry state, Raft health) see it
+// refreshed at least this often.
+const WAIT = "15s";
+// Backoff after a failed request: doubles up to the maximum, resets on the
+// first success.
+const BACKOFF_MIN_MS = 1000;
+const BACKOFF_MAX_MS = 15000;
+
+// ---- small DOM helpers (text only: data from the API is never HTML) ----
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function link(hash, text) { return h("a", { href: hash }, text); }
+
+function table(caption, headers, rows, attrs) {
+  // Each cell carries its column's name: on a phone the rows stack as
+  // cards and the names label the values (style.css).
+  for (const row of rows) [...row.children].forEach((cell, i) => cell.setAttribute("data-label", headers[i] || ""));
+  return h("div", { class: "table-wrap" },
+    h("table", attrs || {},
+      h("caption", {}, caption),
+      h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: headers.length, class: "muted" }, "None")))));
+}
+
+function badge(text, kind) { return h("span", { class: "badge " + (kind || "") }, text); }
+
+function fmtTime(t) {
+  if (!t || t.startsWith("0001-")) return "—";
+  const d = new Date(t);
+  return isNaN(d) ? t : d.toLocaleString();
+}
+
+function fmtRelative(t) {
+  if (!t || t.startsWith("0001-")) return "—";
+  const ms = new Date(t) - Date.now();
+  if (Math.abs(ms) < 2000) return "now";
+  const s = Math.round(Math.abs(ms) / 1000);
+  const txt = s < 90 ? s + " s" : s < 5400 ? Math.round(s / 60) + " min" : Math.round(s / 3600) + " h";
+  return ms >= 0 ? "in " + txt : txt + " ago";
+}
+
+// ---- token ----
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+function showTokenState() {
+  document.getElementById("token-state").textContent = token() ? "token set for this tab" : "no token (anonymous)";
+}
+
+// ---- API ----
+
+class APIError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// describe turns an API error into the sentence the page shows. A 403
+// names the capability the token lacks: the servers' message says which
+// ("Volume.Detach: the token does not grant volume:detach").
+function describe(err) {
+  if (!(err instanceof APIError)) return "Cannot reach the agent: " + err.message;
+  if (err.status === 403) {
+    const m = /does not grant (\S+)/.exec(err.message);
+    const cap = m ? "Missing capability " + m[1] + ". " : "";
+    return "Permission denied. " + cap + "(" + err.message + ") Enter a token that grants it.";
+  }
+  return err.message + " (HTTP " + err.status + ", " + err.code + ")";
+}
+
+async function api(path, opts) {
+  opts = opts || {};
+  const headers = { Accept: "application/json" };
+  if (token()) headers["X-Claimd-Token"] = token();
+  const resp = await fetch(path, { method: opts.method || "GET", headers, signal: opts.signal, cache: "no-store" });
+  const text = await resp.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
+  if (!resp.ok) {
+    const msg = body && body.error ? body.error : text || resp.statusText;
+    throw new APIError(resp.status, body && body.code ? body.code : "http_" + resp.status, msg);
+  }
+  return { body, index: Number(resp.headers.get("X-Claimd-Index") || 0) };
+}
+
+// optional fetches data a page can do without (another capability): its
+// failure becomes a note, not the page's error.
+async function optional(path, signal, notes) {
+  try {
+    return (await api(path, { signal })).body;
+  } catch (err) {
+    if (err.name === "AbortError" || !(err instanceof APIError)) throw err;
+    notes.push(path + ": " + describe(err));
+    return null;
+  }
+}
+
+// ---- banner and errors ----
+
+function setBanner(text) {
+  const b = document.getElementById("banner");
+  b.textContent = text || "";
+  b.hidden = !text;
+}
+
+function setError(text) {
+  const e = document.getElementById("error");
+  e.textContent = text || "";
+  e.hidden = !text;
+}
+
+// ---- the live loop: one blocking query at a time per page ----
+
+let current = null; // { abort: AbortController } of the page shown
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => { clearTimeout(t); reject(new DOMException("aborted", "AbortError")); }, { once: true });
+  });
+}
+
+// live runs page.load(index, signal) again each time its blocking query
+// returns, and renders what it returns. Network errors and 5xx show the
+// banner and retry with backoff; a 4xx stops the loop with the error shown
+// (a new token or page starts again).
+async function live(page, params) {
+  if (current) current.abort.abort();
+  const ctl = { abort: new AbortController() };
+  current = ctl;
+  const signal = ctl.abort.signal;
+  let index = 0;
+  let backoff = BACKOFF_MIN_MS;
+  const main = document.getElementById("main");
+  while (!signal.aborted) {
+    try {
+      const started = Date.now();
+      const res = await page.load(params, index, signal);
+      if (signal.aborted) return;
+      // A blocking query that answers at once with nothing new (a server
+      // that does not block) must not turn into a tight loop.
+      if (index && res.index === index && Date.now() - started < 1000) await sleep(1000, signal);
+      // An index that went backwards (a restored snapshot, another
+      // cluster) would block for nothing: start over.
+      index = res.index > index ? res.index : res.index < index ? 0 : index;
+      setBanner("");
+      if (!page.keepError) setError("");
+      const view = page.render(res.data, params);
+      if (res.notes && res.notes.length) view.prepend(h("p", { class: "note" }, res.notes.join(" ")));
+      const focusID = document.activeElement && document.activeElement.id;
+      main.replaceChildren(view);
+      // Keep the keyboard where it was across a live re-render.
+      if (focusID) { const f = document.getElementById(focusID); if (f) f.focus(); }
+      backoff = BACKOFF_MIN_MS;
+      document.body.dataset.index = String(index);
+      if (!res.index) await sleep(page.refreshMs || 10000, signal); // no index to block on
+    } catch (err) {
+      if (signal.aborted || err.name === "AbortError") return;
+      if (err instanceof APIError && err.status < 500) {
+        setBanner("");
+        setError(describe(err));
+        main.replaceChildren(h("p", { class: "muted" }, "Nothing to show."));
+        return;
+      }
+      const secs = Math.round(backoff / 1000);
+      setBanner("Connection to the agent lost (" + (err.message || err) + "); retrying in " + secs + " s…");
+      document.body.dataset.connection = "lost";
+      try { await sleep(backoff, signal); } catch (e) { return; }
+      backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      continue;
+    }
+    document.body.dataset.connection = "ok";
+  }
+}
+
+function blocking(path, index) {
+  const sep = path.includes("?") ? "&" : "?";
+  return index ? path + sep + "index=" + index + "&wait=" + WAIT : path;
+}
+
+// ---- shared lookups ----
+
+function claimsOf(v) {
+  const out = [];
+  for (const c of Object.values(v.read_claims || {})) out.push({ ...c, kind: "live" });
+  for (const c of Object.values(v.write_claims || {})) out.push({ ...c, kind: "live" });
+  for (const c of Object.values(v.past_claims || {})) out.push({ ...c, kind: "past" });
+  return out;
+}
+
+function nodeName(nodes, id) {
+  const n = (nodes || []).find((x) => x.id === id);
+  return n ? n.name : id ? id.slice(0, 8) : "—";
+}
+
+function nodeLink(nodes, id) { return id ? link("#/node/" + encodeURIComponent(id), nodeName(nodes, id)) : "—"; }
+
+// releaseState says where a volume's releases stand: failing (the leader
+// has retried), releasing (past claims, no failure yet), in use or free.
+function releaseState(v, retry) {
+  const past = Object.keys(v.past_claims || {}).length;
+  const live = Object.keys(v.read_claims || {}).length + Object.keys(v.write_claims || {}).length;
+  if (past && retry && retry.attempts > 0) return "failing";
+  if (past) return "releasing";
+  if (live) return "in-use";
+  return "free";
+}
+
+const STATE_RANK = { failing: 0, releasing: 1, "in-use": 2, free: 3 };
+const STATE_KIND = { failing: "bad", releasing: "warn", "in-use": "ok", free: "" };
+
+const STEP_LABEL = {
+  taken: "claimed",
+  unpublishing: "alloc stopped (release started)",
+  "node-detached": "node detached",
+  "controller-detached": "controller detached",
+  freed: "freed",
+};
+
+// ---- pages ----
+
+const pages = {};
+
+pages.cluster = {
+  refreshMs: 5000,
+  async load(params, index, signal) {
+    const notes = [];
+    const [health, raft, self] = await Promise.all([
+      api("/v1/agent/health", { signal }).then((r) => r.body).catch((e) => {
+        if (e instanceof APIError && e.status === 503 && e.message) return null;
+        throw e;
+      }),
+      optional("/v1/operator/raft/health", signal, notes),
+      optional("/v1/agent/self", signal, notes),
+    ]);
+    return { index: 0, data: { health, raft, self }, notes };
+  },
+  render({ health, raft, self }) {
+    const out = h("section", { "aria-labelledby": "h-cluster" }, h("h1", { id: "h-cluster" }, "Cluster"));
+    if (raft) {
+      out.append(h("p", {}, "Raft: ", raft.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad"),
+        " failure tolerance ", String(raft.failure_tolerance), "; leader ",
+        (raft.servers.find((s) => s.leader) || {}).name || "none"));
+      out.append(table("Servers", ["Name", "Role", "Address", "Status", "Last contact", "Index lag", "Healthy"],
+        raft.servers.map((s) => h("tr", { "data-server": s.id },
+          h("td", {}, s.name), h("td", {}, s.leader ? badge("leader", "ok") : s.voter ? "follower" : "non-voter"),
+          h("td", {}, s.address), h("td", {}, s.status), h("td", {}, s.last_contact),
+          h("td", {}, String(s.index_lag)), h("td", {}, s.healthy ? badge("yes", "ok") : badge("no", "bad"))))));
+    }
+    const agent = h("section", { "aria-labelledby": "h-agent" }, h("h2", { id: "h-agent" }, "This agent"));
+    if (health) {
+      agent.append(h("p", {}, health.ok ? badge("healthy", "ok") : badge("unhealthy", "bad"), " role ", health.role,
+        health.reason ? " — " + health.reason : ""));
+      const dl = h("dl", { class: "facts" });
+      if (self) dl.append(h("dt", {}, "Version"), h("dd", {}, self.version));
+      if (health.server) {
+        dl.append(h("dt", {}, "Raft state"), h("dd", {}, health.server.raft_state),
+          h("dt", {}, "Leader"), h("dd", {}, health.server.leader || "none"),
+          h("dt", {}, "Commit / applied"), h("dd", {}, health.server.commit_index + " / " + health.server.applied_index),
+          h("dt", {}, "Last contact"), h("dd", {}, health.server.last_contact));
+      }
+      if (health.client) {
+        dl.append(h("dt", {}, "Client session"), h("dd", {}, health.client.server_session ? "connected" : "not connected"));
+        for (const [id, p] of Object.entries(health.client.plugins || {})) {
+          dl.append(h("dt", {}, "Plugin " + id), h("dd", {}, p.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad"), " ", p.description || ""));
+        }
+      }
+      agent.append(dl);
+    } else {
+      agent.append(h("p", {}, badge("unhealthy", "bad"), " the agent's health check failed"));
+    }
+    out.append(agent);
+    return out;
+  },
+};
+
+// The volumes page keeps its filters across live re-renders.
+const volumeFilters = { q: "", plugin: "", node: "", state: "" };
+
+pages.volumes = {
+  async load(params, index, signal) {
+    const notes = [];
+    const vols = await api(blocking("/v1/volumes", index), { signal });
+    const [retry, nodes] = await Promise.all([
+      optional("/v1/system/release-status", signal, notes),
+      optional("/v1/nodes", signal, notes),
+    ]);
+    return { index: vols.index, data: { vols: vols.body, retry: retry || {}, nodes }, notes };
+  },
+  render({ vols, retry, nodes }) {
+    const rows = vols.map((v) => ({ v, r: retry[v.id], state: releaseState(v, retry[v.id]), claims: claimsOf(v) }));
+    // Stuck and failing releases first (most attempts first), then
+    // releases in progress, volumes in use, free volumes; by ID within.
+    rows.sort((a, b) => STATE_RANK[a.state] - STATE_RANK[b.state] ||
+      ((b.r && b.r.attempts) || 0) - ((a.r && a.r.attempts) || 0) || a.v.id.localeCompare(b.v.id));
+    const f = volumeFilters;
+    const shown = rows.filter(({ v, state, claims }) =>
+      (!f.q || v.id.toLowerCase().includes(f.q.toLowerCase())) &&
+      (!f.plugin || v.plugin_id === f.plugin) &&
+      (!f.state || state === f.state) &&
+      (!f.node || claims.some((c) => c.node_id === f.node)));
+
+    const plugins = [...new Set(vols.map((v) => v.plugin_id))].sort();
+    const nodeIDs = [...new Set(rows.flatMap((r) => r.claims.map((c) => c.node_id)))].sort();
+    const select = (id, label, key, options) => h("label", { for: id }, label,
+      h("select", { id, onchange: (e) => { f[key] = e.target.value; rerender(); } },
+        h("option", { value: "" }, "any"),
+        options.map(([val, text]) => h("option", { value: val, selected: f[key] === val }, text))));
+    const filters = h("form", { class: "filters", role: "search", onsubmit: (e) => e.preventDefault() },
+      h("label", { for: "vol-search" }, "Search ID",
+        h("input", { id: "vol-search", type: "search", value: f.q, oninput: (e) => { f.q = e.target.value; rerender(); } })),
+      select("vol-plugin", "Plugin", "plugin", plugins.map((p) => [p, p])),
+      select("vol-node", "Node", "node", nodeIDs.map((n) => [n, nodeName(nodes, n)])),
+      select("vol-state", "State", "state", ["failing", "releasing", "in-use", "free"].map((s) => [s, s])));
+
+    const trs = shown.map(({ v, r, state, claims }) => {
+      const count = (k) => claims.filter((c) => c.kind === k).length;
+      return h("tr", { "data-volume": v.id, "data-state": state, class: "state-" + state },
+        h("th", { scope: "row" }, link("#/volume/" + encodeURIComponent(v.id), v.id)),
+        h("td", {}, v.plugin_id),
+        h("td", {}, v.access_mode),
+        h("td", {}, count("live") + " live / " + count("past") + " releasing"),
+        h("td", {}, badge(state, STATE_KIND[state])),
+        h("td", { class: "attempts" }, r ? String(r.attempts) : "—"),
+        h("td", { class: "last-error" }, r ? r.last_error : "—"),
+        h("td", { class: "next-try" }, r ? h("time", { datetime: r.next_try, title: fmtTime(r.next_try) }, fmtRelative(r.next_try)) : "—"));
+    });
+    let rerender = () => {};
+    const out = h("section", { "aria-labelledby": "h-volumes" },
+      h("h1", { id: "h-volumes" }, "Volumes"),
+      filters,
+      h("p", { class: "muted" }, shown.length + " of " + vols.length + " volumes; stuck and failing releases first."),
+      table("Volumes", ["ID", "Plugin", "Access mode", "Claims", "State", "Attempts", "Last error", "Next try"], trs, { id: "volumes" }));
+    rerender = () => {
+      const focusID = document.activeElement && document.activeElement.id;
+      const view = pages.volumes.render({ vols, retry, nodes });
+      out.replaceWith(view);
+      const el = focusID && document.getElementById(focusID);
+      if (el) { el.focus(); if (el.type === "search") el.setSelectionRange(el.value.length, el.value.length); }
+    };
+    return out;
+  },
+};
+
+function timeline(c) {
+  return h("ol", { class: "timeline", "aria-label": "Release timeline of " + c.alloc_id },
+    (c.steps || []).map((s) => h("li", { "data-step": s.state },
+      h("strong", {}, STEP_LABEL[s.state] || s.state), " ",
+      h("span", { class: "muted" }, "index " + s.index + ", "),
+      h("time", { datetime: s.time }, fmtTime(s.time)))));
+}
+
+pages.volume = {
+  keepError: true,
+  async load(params, index, signal) {
+    const notes = [];
+    const vol = await api(blocking("/v1/volume/" + encodeURIComponent(params.id), index), { signal });
+    const [evals, retry, nodes] = await Promise.all([
+      optional("/v1/evals?volume=" + encodeURIComponent(params.id), signal, notes),
+      optional("/v1/system/release-status", signal, notes),
+      optional("/v1/nodes", signal, notes),
+    ]);
+    return { index: vol.index, data: { v: vol.body, evals: evals || [], retry: (retry || {})[params.id], nodes }, notes };
+  },
+  render({ v, evals, retry, nodes }) {
+    const claims = claimsOf(v);
+    const out = h("section", { "aria-labelledby": "h-volume" },
+      h("h1", { id: "h-volume" }, "Volume ", v.id),
+      h("dl", { class: "facts" },
+        h("dt", {}, "Name"), h("dd", {}, v.name || "—"),
+        h("dt", {}, "Plugin"), h("dd", {}, v.plugin_id),
+        h("dt", {}, "External ID"), h("dd", {}, v.external_id),
+        h("dt", {}, "Access / attachment"), h("dd", {}, v.access_mode + " / " + v.attachment_mode),
+        h("dt", {}, "In use as"), h("dd", {}, v.current_access_mode || "—"),
+        h("dt", {}, "Secrets"), h("dd", {}, Object.keys(v.secrets || {}).length + " (never shown)"),
+        h("dt", {}, "Raft index"), h("dd", {}, "created " + v.create_index + ", modified " + v.modify_index)));
+    if (retry) {
+      out.append(h("p", { class: "stuck" }, badge("release failing", "bad"), " ", retry.attempts + " attempts; last error: ",
+        h("span", { class: "last-error" }, retry.last_error), "; next try ", fmtRelative(retry.next_try)));
+    }
+    const detach = async (node, btn) => {
+      btn.disabled = true;
+      try {
+        await api("/v1/volume/" + encodeURIComponent(v.id) + "/detach?node=" + encodeURIComponent(node), { method: "POST" });
+        setError("");
+        document.getElementById("main").prepend(h("p", { class: "note", role: "status" }, "Detach of " + v.id + " from " + nodeName(nodes, node) + " requested."));
+      } catch (err) {
+        setError(describe(err));
+      } finally {
+        btn.disabled = false;
+      }
+    };
+    out.append(table("Claims (live and being released)", ["Alloc", "Node", "Mode", "State", "Timeline", "Action"],
+      claims.map((c) => h("tr", { "data-claim": c.alloc_id, "data-state": c.state },
+        h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(c.alloc_id), c.alloc_id)),
+        h("td", {}, nodeLink(nodes, c.node_id)),
+        h("td", {}, c.mode),
+        h("td", {}, badge(c.state, c.kind === "past" ? "warn" : "ok"), c.node_detach_skipped ? " (node detach skipped)" : ""),
+        h("td", {}, timeline(c)),
+        h("td", {}, h("button", { type: "button", class: "detach", onclick: (e) => detach(c.node_id, e.target) }, "Detach from node"))))));
+    out.append(table("Recently freed claims", ["Alloc", "Node", "Mode", "Timeline"],
+      (v.released || []).slice().reverse().map((c) => h("tr", { "data-released": c.alloc_id },
+        h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(c.alloc_id), c.alloc_id)),
+        h("td", {}, nodeLink(nodes, c.node_id)), h("td", {}, c.mode), h("td", {}, timeline(c))))));
+    out.append(evalTable("Evals of this volume", evals));
+    return out;
+  },
+};
+
+function evalTable(caption, evals) {
+  return table(caption, ["ID", "Volume", "Status", "Reason", "Triggered by", "Raft index"],
+    evals.map((e) => h("tr", { "data-eval": e.id, "data-status": e.status },
+      h("th", { scope: "row" }, h("code", {}, e.id.slice(0, 8))),
+      h("td", {}, link("#/volume/" + encodeURIComponent(e.volume_id), e.volume_id)),
+      h("td", {}, badge(e.status, e.status === "failed" ? "bad" : e.status === "pending" ? "warn" : "ok")),
+      h("td", {}, e.status_description || "—"),
+      h("td", {}, e.triggered_by || "—"),
+      h("td", {}, e.create_index + " → " + e.modify_index))));
+}
+
+pages.evals = {
+  async load(params, index, signal) {
+    const r = await api(blocking("/v1/evals", index), { signal });
+    return { index: r.index, data: r.body };
+  },
+  render(evals) {
+    const out = h("section", { "aria-labelledby": "h-evals" }, h("h1", { id: "h-evals" }, "Evals"));
+    for (const st of ["pending", "failed", "complete"]) {
+      out.append(evalTable(st[0].toUpperCase() + st.slice(1), evals.filter((e) => e.status === st).sort((a, b) => b.modify_index - a.modify_index)));
+    }
+    return out;
+  },
+};
+
+function capabilityList(caps) {
+  const on = Object.entries(caps || {}).filter(([, v]) => v).map(([k]) => k.replace(/_/g, " "));
+  return on.length ? on.join(", ") : "—";
+}
+
+pages.nodes = {
+  async load(params, index, signal) {
+    const notes = [];
+    const nodes = await api(blocking("/v1/nodes", index), { signal });
+    const [plugins, allocs, vols] = await Promise.all([
+      optional("/v1/plugins", signal, notes),
+      optional("/v1/allocs", signal, notes),
+      optional("/v1/volumes", signal, notes),
+    ]);
+    return { index: nodes.index, data: { nodes: nodes.body, plugins: plugins || [], allocs: allocs || [], vols: vols || [] }, notes };
+  },
+  render({ nodes, plugins, allocs, vols }, params) {
+    const out = h("section", { "aria-labelledby": "h-nodes" }, h("h1", { id: "h-nodes" }, "Nodes"));
+    const shown = params.id ? nodes.filter((n) => n.id === params.id) : nodes;
+    for (const n of shown) {
+      const held = vols.filter((v) => claimsOf(v).some((c) => c.node_id === n.id));
+      const card = h("article", { class: "card", "data-node": n.id, "aria-labelledby": "node-" + n.id },
+        h("h2", { id: "node-" + n.id }, n.name, " ", badge(n.status, n.status === "ready" ? "ok" : "bad")),
+        h("p", { class: "muted" }, h("code", {}, n.id)));
+      const pl = Object.values(n.csi_node_plugins || {}).map((p) => ["node", p])
+        .concat(Object.values(n.csi_controller_plugins || {}).map((p) => ["controller", p]));
+      card.append(table("Plugins on " + n.name, ["Plugin", "Type", "Health", "Capabilities"],
+        pl.map(([type, p]) => h("tr", {},
+          h("td", {}, p.plugin_id), h("td", {}, type),
+          h("td", {}, p.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad"), " ", p.health_description || ""),
+          h("td", {}, capabilityList(type === "node" ? p.node_capabilities : p.controller_capabilities))))));
+      card.append(h("p", {}, h("strong", {}, "Allocs: "),
+        allocs.filter((a) => a.node_id === n.id).map((a, i) => [i ? ", " : "", link("#/alloc/" + encodeURIComponent(a.id), a.id), " (" + a.client_status + ")"]),
+        h("br"), h("strong", {}, "Volumes claimed: "),
+        held.length ? held.map((v, i) => [i ? ", " : "", link("#/volume/" + encodeURIComponent(v.id), v.id)]) : "none"));
+      out.append(card);
+    }
+    out.append(h("h1", { id: "h-plugins" }, "Plugins"));
+    out.append(table("Plugins", ["ID", "Provider", "Controllers healthy", "Nodes healthy", "Controller capabilities", "Node capabilities"],
+      plugins.map((p) => h("tr", { "data-plugin": p.id },
+        h("th", { scope: "row" }, p.id),
+        h("td", {}, p.provider + " " + (p.provider_version || "")),
+        h("td", {}, p.controller_required ? p.controllers_healthy + " / " + Object.keys(p.controllers || {}).length : "not required"),
+        h("td", {}, p.nodes_healthy + " / " + Object.keys(p.nodes || {}).length),
+        h("td", {}, capabilityList(p.controller_capabilities)),
+        h("td", {}, capabilityList(p.node_capabilities))))));
+    return out;
+  },
+};
+pages.node = pages.nodes;
+
+pages.allocs = {
+  async load(params, index, signal) {
+    const notes = [];
+    const allocs = await api(blocking("/v1/allocs", index), { signal });
+    const [vols, nodes] = await Promise.all([optional("/v1/volumes", signal, notes), optional("/v1/nodes", signal, notes)]);
+    return { index: allocs.index, data: { allocs: allocs.body, vols: vols || [], nodes }, notes };
+  },
+  render({ allocs, vols, nodes }, params) {
+    const shown = params.id ? allocs.filter((a) => a.id === params.id) : allocs;
+    const claimOf = (volID, allocID) => {
+      const v = vols.find((x) => x.id === volID);
+      return v && claimsOf(v).find((c) => c.alloc_id === allocID);
+    };
+    return h("section", { "aria-labelledby": "h-allocs" }, h("h1", { id: "h-allocs" }, params.id ? "Alloc " + params.id : "Allocs"),
+      table("Allocs", ["ID", "Node", "Desired", "Status", "Volumes held (claim state)"],
+        shown.map((a) => h("tr", { "data-alloc": a.id },
+          h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(a.id), a.id)),
+          h("td", {}, nodeLink(nodes, a.node_id)),
+          h("td", {}, a.desired_status),
+          h("td", {}, badge(a.client_status, a.client_status === "failed" ? "bad" : a.client_status === "running" ? "ok" : ""), " ", a.client_description || ""),
+          h("td", {}, (a.volumes || []).map((r, i) => {
+            const c = claimOf(r.volume_id, a.id);
+            return [i ? ", " : "", link("#/volume/" + encodeURIComponent(r.volume_id), r.volume_id),
+              " (" + (c ? c.state : "no claim") + (r.read_only ? ", read-only" : "") + ")"];
+          }))))));
+  },
+};
+pages.alloc = pages.allocs;
+
+// ---- routing: #/page or #/page/id ----
+
+function route() {
+  const m = /^#\/([a-z]+)(?:\/(.+))?$/.exec(location.hash);
+  const name = m && pages[m[1]] ? m[1] : "volumes";
+  const params = { id: m && m[2] ? decodeURIComponent(m[2]) : "" };
+  const top = { volume: "volumes", node: "nodes", alloc: "allocs" }[name] || name;
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.dataset.page === top) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.title = "claimd · " + name + (params.id ? " " + params.id : "");
+  setError("");
+  live(pages[name], params);
+}
+
+function init() {
+  const form = document.getElementById("token-form");
+  const input = document.getElementById("token-input");
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (input.value) sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    input.value = "";
+    showTokenState();
+    route();
+  });
+  document.getElementById("token-clear").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showTokenState();
+    route();
+  });
+  window.addEventListener("hashchange", () => {
+    route();
+    document.getElementById("main").focus();
+  });
+  showTokenState();
+  route();
+}
+
+document.addEventListener("DOMContentLoaded", init);
