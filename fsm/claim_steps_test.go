@@ -131,3 +131,43 @@ func stepsEqual(a, b []structs.ClaimStep) bool {
 	}
 	return true
 }
+
+// A volume written before claims had steps (an older server's snapshot or
+// log entry: the same msgpack without the new fields) decodes with empty
+// timelines and everything else intact.
+func TestClaimSteps_OlderEncodingDecodes(t *testing.T) {
+	// The msgpack names are the json tags, as in structs.
+	type oldClaim struct {
+		VolumeID    string             `json:"volume_id"`
+		AllocID     string             `json:"alloc_id"`
+		NodeID      string             `json:"node_id"`
+		Mode        structs.ClaimMode  `json:"mode"`
+		State       structs.ClaimState `json:"state"`
+		CreateIndex uint64             `json:"create_index,omitempty"`
+		ModifyIndex uint64             `json:"modify_index,omitempty"`
+	}
+	type oldVolume struct {
+		ID          string               `json:"id"`
+		ExternalID  string               `json:"external_id"`
+		PluginID    string               `json:"plugin_id"`
+		AccessMode  structs.AccessMode   `json:"access_mode"`
+		PastClaims  map[string]*oldClaim `json:"past_claims,omitempty"`
+		CreateIndex uint64               `json:"create_index,omitempty"`
+		ModifyIndex uint64               `json:"modify_index,omitempty"`
+	}
+	data, err := structs.EncodeMsgpack(&oldVolume{ID: "v1", ExternalID: "ext-v1", PluginID: "hostdir",
+		AccessMode: structs.AccessModeSingleNodeWriter, CreateIndex: 3, ModifyIndex: 9,
+		PastClaims: map[string]*oldClaim{"a1": {VolumeID: "v1", AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite,
+			State: structs.ClaimStateUnpublishing, CreateIndex: 4, ModifyIndex: 9}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v structs.Volume
+	if err := structs.Decode(data, &v); err != nil {
+		t.Fatalf("decode an older volume: %v", err)
+	}
+	c := v.PastClaims["a1"]
+	if v.ID != "v1" || v.ModifyIndex != 9 || v.Released != nil || c == nil || c.State != structs.ClaimStateUnpublishing || c.Steps != nil || c.ModifyIndex != 9 {
+		t.Fatalf("older volume exp: fields intact, no steps, no released claims got: %+v claim %+v", v, c)
+	}
+}

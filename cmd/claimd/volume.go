@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -193,6 +194,34 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
 	tw.Flush()
 	printClaims(w, v, retry)
+	printTimelines(w, v)
+}
+
+// printTimelines shows each release's steps, for the claims being released
+// and the last freed ones: where a release stopped, and since when.
+func printTimelines(w io.Writer, v *structs.Volume) {
+	claims := make([]*structs.Claim, 0, len(v.PastClaims)+len(v.Released))
+	for _, id := range structs.SortedKeys(v.PastClaims) {
+		claims = append(claims, v.PastClaims[id])
+	}
+	claims = append(claims, v.Released...)
+	if len(claims) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Release Timelines")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Alloc\tNode\tStep\tIndex\tTime")
+	for _, c := range claims {
+		for _, st := range c.Steps {
+			at := "-"
+			if !st.Time.IsZero() {
+				at = st.Time.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.AllocID, c.NodeID, st.State, st.Index, at)
+		}
+	}
+	tw.Flush()
 }
 
 // capacityText: 0 means the plugin never said (a registered volume).

@@ -570,6 +570,12 @@ function init() {
     showTokenState();
     route();
   });
+  // The skip link moves the focus to the page's content; the hash is the
+  // router's, so it must not change.
+  document.querySelector(".skip").addEventListener("click", (e) => {
+    e.preventDefault();
+    document.getElementById("main").focus();
+  });
   window.addEventListener("hashchange", () => {
     route();
     document.getElementById("main").focus();

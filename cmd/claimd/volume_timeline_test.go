@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// volume status shows each release's steps with index and time, for a
+// claim being released and a freed one.
+func TestPrintVolume_ReleaseTimelines(t *testing.T) {
+	at := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	v := &structs.Volume{ID: "v1", PluginID: "hostdir",
+		PastClaims: map[string]*structs.Claim{"a2": {AllocID: "a2", NodeID: "n1", State: structs.ClaimStateUnpublishing,
+			Steps: []structs.ClaimStep{{State: structs.ClaimStateTaken, Index: 7}, {State: structs.ClaimStateUnpublishing, Index: 9, Time: at}}}},
+		Released: []*structs.Claim{{AllocID: "a1", NodeID: "n1", State: structs.ClaimStateFreed,
+			Steps: []structs.ClaimStep{{State: structs.ClaimStateFreed, Index: 5, Time: at}}}},
+	}
+	var buf bytes.Buffer
+	printVolume(&buf, v, nil)
+	out := buf.String()
+	if !strings.Contains(out, "Release Timelines") {
+		t.Fatalf("volume status exp: a Release Timelines section got:\n%s", out)
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		lines[strings.Join(strings.Fields(l), " ")] = true
+	}
+	for _, want := range []string{"a2 n1 taken 7 -", "a2 n1 unpublishing 9 2026-12-04T10:00:00Z", "a1 n1 freed 5 2026-12-04T10:00:00Z"} {
+		if !lines[want] {
+			t.Errorf("volume status exp: a line %q got:\n%s", want, out)
+		}
+	}
+	buf.Reset()
+	printVolume(&buf, &structs.Volume{ID: "v2"}, nil)
+	if strings.Contains(buf.String(), "Release Timelines") {
+		t.Fatalf("a volume without releases exp: no timeline section got:\n%s", buf.String())
+	}
+}
