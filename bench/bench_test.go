@@ -3,6 +3,7 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,60 @@ func TestBench_EveryModeAgainstThreeServers(t *testing.T) {
 			t.Errorf("exp: no errors got: %v", r.Errors)
 		}
 		mustBeCleanedUp(t, c, addrs)
+	})
+
+	// Last: scale mode leaves its state in place.
+	t.Run("scale", func(t *testing.T) {
+		rs := run(t, bench.Config{
+			Addresses: addrs, Mode: bench.ModeScale, Callers: []int{8}, Nodes: 20, NodeSessions: 3, Volumes: 200,
+			Settle: 100 * time.Millisecond, Idle: 1500 * time.Millisecond, Takeover: true, Prefix: "scaletest",
+		})
+		r := rs[0]
+		if r.Nodes != 20 || r.NodeSessions != 3 || r.Claims != 200 || len(r.Errors) != 0 {
+			t.Fatalf("exp: 20 nodes on 3 sessions, 200 claims, no errors got: %d nodes, %d sessions, %d claims, errors %v",
+				r.Nodes, r.NodeSessions, r.Claims, r.Errors)
+		}
+		// The harness hands out a 2 s TTL: every node heartbeats (every
+		// third of it) within the 1.5 s idle window.
+		if r.HeartbeatsPerSec <= 0 {
+			t.Errorf("exp: heartbeats accepted while idle got: %.1f/s", r.HeartbeatsPerSec)
+		}
+		// In-process servers: no CPU, RSS or kill, and the run says why.
+		if r.Idle != nil || !strings.Contains(r.NoCPU, "inside this process") {
+			t.Errorf("exp: no per-server figures for in-process servers got: %v (%q)", r.Idle, r.NoCPU)
+		}
+		if r.Takeover == nil || r.Takeover.KilledPID != 0 || !strings.Contains(r.Takeover.Error, "not killed") {
+			t.Errorf("exp: no takeover without the leader's process got: %+v", r.Takeover)
+		}
+		cl := mustClient(t, c, addrs...)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		nodes, _, err := cl.Nodes(ctx, structs.QueryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := 0
+		for _, n := range nodes {
+			if strings.HasPrefix(n.ID, "scaletest-n") && n.Status == structs.NodeStatusReady {
+				ready++
+			}
+		}
+		if ready != 20 {
+			t.Errorf("exp: 20 simulated nodes ready got: %d", ready)
+		}
+		// Volume i is claimed by alloc i on node i mod 20, as that node.
+		for _, i := range []int{0, 19, 20, 199} {
+			id := fmt.Sprintf("scaletest-v%06d", i)
+			v, _, err := cl.Volume(ctx, id, structs.QueryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			alloc := fmt.Sprintf("scaletest-a%06d", i)
+			node := fmt.Sprintf("scaletest-n%05d", i%20)
+			if c := v.WriteClaims[alloc]; c == nil || c.NodeID != node {
+				t.Errorf("%s: exp: claimed by %s on %s got: %v", id, alloc, node, v.WriteClaims)
+			}
+		}
 	})
 }
 

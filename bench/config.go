@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -22,12 +23,16 @@ const (
 	// ModeRelease claims N volumes, stops their allocs together and times
 	// each claim from the stop until it is freed.
 	ModeRelease Mode = "release"
+	// ModeScale registers many simulated nodes and claims many volumes,
+	// then measures the idle cluster and, optionally, a leader takeover
+	// (scale.go).
+	ModeScale Mode = "scale"
 )
 
 // Modes lists the modes in the order the help text shows them.
-var Modes = []Mode{ModeClaim, ModeContended, ModeRelease}
+var Modes = []Mode{ModeClaim, ModeContended, ModeRelease, ModeScale}
 
-func (m Mode) valid() bool { return m == ModeClaim || m == ModeContended || m == ModeRelease }
+func (m Mode) valid() bool { return slices.Contains(Modes, m) }
 
 // Targets a run may send its calls to, besides a literal address.
 const (
@@ -91,6 +96,19 @@ type Config struct {
 	// release itself (0 = 5 min). The final cleanup waits as long, or 5 min
 	// when it is 0.
 	DrainTimeout time.Duration
+	// Scale mode: how many simulated nodes (0 = DefaultScaleNodes) over
+	// how many shared sessions (0 = one per 100 nodes); the pause before
+	// the idle window and the window; and whether to kill the leader
+	// afterwards and time the takeover (needs the servers on this
+	// machine).
+	Nodes        int
+	NodeSessions int
+	Settle       time.Duration
+	Idle         time.Duration
+	Takeover     bool
+	// PauseFile, when set, makes scale mode wait after the idle window,
+	// its nodes heartbeating, until this file exists.
+	PauseFile string
 	// KeepState skips the final cleanup (deregistering volumes and node).
 	KeepState bool
 	// Prefix starts every ID the run creates (default "bench-" and 8 random
@@ -142,6 +160,8 @@ func (c *Config) setDefaults() error {
 			c.Volumes = DefaultContendedVolumes
 		case ModeRelease:
 			c.Volumes = DefaultReleaseVolumes
+		case ModeScale:
+			c.Volumes = DefaultScaleVolumes
 		}
 	}
 	if len(c.Callers) == 0 {
@@ -154,6 +174,12 @@ func (c *Config) setDefaults() error {
 		if n <= 0 {
 			return fmt.Errorf("callers %d: must be at least 1", n)
 		}
+	}
+	if c.Nodes < 0 || c.NodeSessions < 0 {
+		return fmt.Errorf("nodes %d and node sessions %d must not be negative", c.Nodes, c.NodeSessions)
+	}
+	if c.Mode == ModeScale {
+		c.scaleDefaults()
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = 60 * time.Second

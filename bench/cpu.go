@@ -124,6 +124,30 @@ func parseCPUTicks(s string) (int64, error) {
 	return total, nil
 }
 
+// readRSS is a process's resident set size in bytes (VmRSS in
+// /proc/PID/status).
+func readRSS(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("read RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					return n * 1024, nil
+				}
+			}
+			return 0, fmt.Errorf("read RSS: /proc/%d/status: %q is not a size in kB", pid, line)
+		}
+	}
+	return 0, fmt.Errorf("read RSS: /proc/%d/status has no VmRSS line", pid)
+}
+
+// forget stops measuring a server (scale mode killed it).
+func (m *cpuMeter) forget(addr string) { delete(m.servers, addr) }
+
 // cpuSample is every measured server's ticks at one moment.
 type cpuSample struct {
 	at    time.Time

@@ -76,6 +76,22 @@ type Result struct {
 	Checks     int64    `json:"checks,omitempty"`
 	Violations []string `json:"violations,omitempty"`
 
+	// Scale mode: Nodes simulated nodes over NodeSessions shared sessions;
+	// how long registering them, the volumes and allocs, and the claims
+	// (Claims, one per volume) took; then the idle window: each server's
+	// CPU and RSS and the heartbeats accepted per second (HeartbeatsFailed
+	// counts failures over the whole run); then the takeover.
+	Nodes            int          `json:"nodes,omitempty"`
+	NodeSessions     int          `json:"node_sessions,omitempty"`
+	NodesSeconds     float64      `json:"nodes_seconds,omitempty"`
+	VolumesSeconds   float64      `json:"volumes_seconds,omitempty"`
+	ClaimsSeconds    float64      `json:"claims_seconds,omitempty"`
+	IdleSeconds      float64      `json:"idle_seconds,omitempty"`
+	Idle             []ServerIdle `json:"idle,omitempty"`
+	HeartbeatsPerSec float64      `json:"heartbeats_per_sec,omitempty"`
+	HeartbeatsFailed int64        `json:"heartbeats_failed,omitempty"`
+	Takeover         *Takeover    `json:"takeover,omitempty"`
+
 	// Release mode: allocs stopped together, how many of their claims were
 	// freed, and each claim's time from the stop to freed.
 	Allocs      int      `json:"allocs,omitempty"`
@@ -100,6 +116,8 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s  target=%s  callers=%d  volumes=%d\n", r.Mode, target, r.Callers, r.Volumes)
 	switch r.Mode {
+	case ModeScale:
+		r.writeScaleText(w)
 	case ModeRelease:
 		fmt.Fprintf(w, "  %d allocs stopped, %d claims freed in %.2fs: %.0f claims freed/s\n",
 			r.Allocs, r.Freed, r.Seconds, r.FreedPerSec)
@@ -142,7 +160,7 @@ func (r *Result) WriteText(w io.Writer) {
 // writeCPUText prints the servers' CPU over the window, per server and
 // per claim cycle.
 func (r *Result) writeCPUText(w io.Writer) {
-	if r.Mode == ModeRelease {
+	if r.Mode == ModeRelease || r.Mode == ModeScale {
 		return
 	}
 	if r.ServerCPU == nil {
@@ -265,6 +283,8 @@ func WriteMarkdown(w io.Writer, rs []*Result) {
 					fmtMS(r.Latency.P50), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max),
 					fmtErrors(r.Errors), len(r.Violations), r.Checks)
 			}
+		case ModeScale:
+			writeScaleTables(w, byMode[m])
 		case ModeRelease:
 			fmt.Fprintln(w, "Release pipeline: N allocs stopped together, each claim timed from the stop until freed:")
 			fmt.Fprintln(w)

@@ -23,6 +23,9 @@ func Run(ctx context.Context, cfg Config, emit func(*Result)) (err error) {
 		return err
 	}
 	defer c.close()
+	if cfg.Mode == ModeScale {
+		return runScale(ctx, c, &cfg, emit)
+	}
 	// The node prefers the servers as given, like an agent's -servers.
 	nodeServers := slices.Clone(cfg.Addresses)
 	for _, s := range c.servers {

@@ -56,14 +56,11 @@ LOG_NAME=bench-vs-etcd.sh
 # shellcheck source=scripts/lib/cluster.sh
 . scripts/lib/cluster.sh
 ETCD_PIDS=()
-cleanup() {
-	stop_cluster
+cleanup_extra() {
 	if ((${#ETCD_PIDS[@]})); then stop_pids "${ETCD_PIDS[@]}"; fi
 	ETCD_PIDS=()
-	remove_tmp
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+on_exit_cleanup
 
 seconds_of() { # 10s, 1.5s, 500ms -> seconds
 	case "$1" in

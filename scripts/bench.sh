@@ -73,12 +73,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/claimd-bench.XXXXXX")
 LOG_NAME=bench.sh
 # shellcheck source=scripts/lib/cluster.sh
 . scripts/lib/cluster.sh
-cleanup() {
-	stop_cluster
-	remove_tmp
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+on_exit_cleanup
 
 LOAD_START=$(loadavg)
 build_claimd

@@ -33,6 +33,14 @@ the servers, not a CSI plugin. Modes:
              two claims at once
   release    -volumes allocs claim, are stopped together and reported
              complete; times each claim from the stop until freed
+  scale      registers -nodes simulated nodes (each its own node secret and
+             heartbeat, sharing -node-sessions sessions) and -volumes
+             volumes each claimed by an alloc on one of them; after -settle
+             measures each server's CPU and RSS for -idle while only
+             heartbeats flow; with -takeover kills the leader (SIGKILL;
+             servers on this machine only) and times the new leader until
+             a claim is served and every node's heartbeat is accepted, and
+             counts nodes marked down. Leaves its state in place.
 
 Server CPU: when the servers run on this machine (loopback addresses), each
 process of its own, the tool asks each for its process ID (Status.Runtime)
@@ -54,6 +62,7 @@ Examples:
   CLAIMD_TOKEN=... claimd bench -ca-cert ca.pem -client-cert client.pem -client-key client-key.pem
   claimd bench -mode contended -volumes 8 -callers 64 -json
   claimd bench -mode release -volumes 1000
+  claimd bench -mode scale -nodes 5000 -volumes 100000 -takeover
   claimd bench -report results.jsonl   (markdown tables from -json output)
 
 Flags:
@@ -67,7 +76,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	cf.register(fs)
-	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended or release")
+	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended, release or scale")
 	target := fs.String("target", bench.TargetLeader, "where calls go: leader, follower or a server address; a comma-separated list runs each")
 	duration := fs.Duration("duration", 10*time.Second, "measured time of each run")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured load before each run's measured time")
@@ -76,6 +85,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	callers := fs.String("callers", "", "concurrent callers, each with its own session; a comma-separated list runs each (default 1,16,64,256 for claim, 64 otherwise)")
 	hold := fs.Duration("hold", 0, "contended: how long a winner holds its claim before releasing")
 	drainTimeout := fs.Duration("drain-timeout", 5*time.Minute, "after each run, wait this long at most for the servers to free the released claims (0: don't wait; claim runs then take fresh pairs); release mode: how long the release may take")
+	nodes := fs.Int("nodes", 0, fmt.Sprintf("scale: simulated nodes (default %d)", bench.DefaultScaleNodes))
+	nodeSessions := fs.Int("node-sessions", 0, "scale: sessions the nodes share (default one per 100 nodes)")
+	settle := fs.Duration("settle", 10*time.Second, "scale: pause after the claims before the idle window")
+	idle := fs.Duration("idle", 30*time.Second, "scale: the idle window (heartbeats only)")
+	takeover := fs.Bool("takeover", false, "scale: after the idle window, kill the leader and time the takeover")
+	pauseFile := fs.String("pause-file", "", "scale: after the idle window wait, nodes heartbeating, until this file exists (at most 10 min)")
 	keep := fs.Bool("keep", false, "leave the volumes and the simulated node registered at the end")
 	asJSON := fs.Bool("json", false, "print one JSON object per run")
 	report := fs.String("report", "", "render FILE (JSON lines from -json runs, - for stdin) as markdown tables and exit")
@@ -114,6 +129,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		CallTimeout:  cf.timeout,
 		DrainTimeout: *drainTimeout,
 		KeepState:    *keep,
+		Nodes:        *nodes,
+		NodeSessions: *nodeSessions,
+		Settle:       *settle,
+		Idle:         *idle,
+		Takeover:     *takeover,
+		PauseFile:    *pauseFile,
 		Progress:     stderr,
 		Logger:       hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.LevelFromString(*logLevel), Output: stderr}),
 	}

@@ -158,6 +158,18 @@ stop_cluster() {
 	PIDS=()
 }
 
+# on_exit_cleanup: on exit or a signal, stop what the script started (its
+# cleanup_extra first, when it defines one), then remove TMP.
+cleanup() {
+	if declare -F cleanup_extra >/dev/null; then cleanup_extra; fi
+	stop_cluster
+	remove_tmp
+}
+on_exit_cleanup() {
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
 # remove_tmp: remove TMP, or say where it was kept (KEEP_TMP).
 remove_tmp() {
 	if [[ -z "${KEEP_TMP:-}" ]]; then
