@@ -225,9 +225,17 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 	// never reloaded, so its presence later proves the update came live.
 	eval[string](t, ctx, `window.liveMarker = "set"; "ok"`)
 
-	// The volume's page shows the stuck claim with its timeline so far.
-	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/volume/zulu"))
-	waitPage(t, ctx, 30*time.Second, "zulu detail with its release timeline", `(() => {
+	// A second tab (its own session storage: the token is entered again)
+	// shows the volume's page: the stuck claim with its timeline so far.
+	detail, closeDetail := chromedp.NewContext(ctx)
+	defer closeDetail()
+	// The tab lives as long as the context of its first run: no deadline.
+	if err := chromedp.Do(detail); err != nil {
+		t.Fatal(err)
+	}
+	do(t, detail, chromedp.Navigate(e.http.URL()+"/ui/#/volume/zulu"))
+	useToken(t, detail, e.c.ManagementToken())
+	waitPage(t, detail, 30*time.Second, "zulu detail with its release timeline", `(() => {
 		const row = document.querySelector('tr[data-claim="web-zulu"]');
 		if (!row) return "no claim row: " + document.querySelector("main").innerText;
 		const steps = [...row.querySelectorAll("li[data-step]")].map((li) => li.dataset.step).join(",");
@@ -235,17 +243,26 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 		if (!document.querySelector(".stuck .last-error")) return "no release failure shown";
 		return "";
 	})()`)
-	html = eval[string](t, ctx, `document.documentElement.outerHTML`)
+	html = eval[string](t, detail, `document.documentElement.outerHTML`)
 	if strings.Contains(html, volumeSecret) {
 		t.Fatalf("volume page exp: no volume secret got: %q in the page", volumeSecret)
 	}
-	shot(t, ctx, "volume")
-	eval[string](t, ctx, `window.liveMarker = "set"; "ok"`)
+	shot(t, detail, "volume")
+	eval[string](t, detail, `window.liveMarker = "set"; "ok"`)
 
-	// The plugin comes back: the release finishes and the page shows the
-	// freed claim's full timeline, without a reload.
+	// The plugin comes back: the release finishes. Both pages show it by
+	// themselves, through blocking queries (requests with index and wait),
+	// without a reload: the list has zulu free, the volume's page the
+	// freed claim's full timeline.
 	e.node.Start()
-	waitPage(t, ctx, 90*time.Second, "zulu's claim freed, shown live", `(() => {
+	waitPage(t, ctx, 90*time.Second, "zulu freed, shown live on the volumes page", `(() => {
+		if (window.liveMarker !== "set") return "the page was reloaded";
+		const row = document.querySelector('#volumes tr[data-volume="zulu"]');
+		if (!row || row.dataset.state !== "free") return "zulu: " + (row ? row.dataset.state : "missing");
+		const blocking = performance.getEntriesByType("resource").some((r) => /\/v1\/volumes\?index=\d+&wait=/.test(r.name));
+		return blocking ? "" : "no blocking query on /v1/volumes";
+	})()`)
+	waitPage(t, detail, 60*time.Second, "zulu's claim freed, shown live on its page", `(() => {
 		if (window.liveMarker !== "set") return "the page was reloaded";
 		if (document.querySelector('tr[data-claim="web-zulu"]')) return "claim still shown as held";
 		const row = document.querySelector('tr[data-released="web-zulu"]');
@@ -254,16 +271,11 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 		if (steps !== "taken,unpublishing,node-detached,controller-detached,freed") return "steps: " + steps;
 		const times = [...row.querySelectorAll("li[data-step] time")].map((x) => x.getAttribute("datetime"));
 		if (times.some((x) => !x || x.startsWith("0001-"))) return "a step without a time: " + times;
-		return "";
+		const blocking = performance.getEntriesByType("resource").some((r) => /\/v1\/volume\/zulu\?index=\d+&wait=/.test(r.name));
+		return blocking ? "" : "no blocking query on /v1/volume/zulu";
 	})()`)
-	shot(t, ctx, "volume-freed")
-
-	// Back on the volumes list: zulu is free now and sorts by ID again.
-	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/volumes"))
-	waitPage(t, ctx, 30*time.Second, "zulu free on the volumes page", `(() => {
-		const row = document.querySelector('#volumes tr[data-volume="zulu"]');
-		return row && row.dataset.state === "free" ? "" : "zulu: " + (row ? row.dataset.state : "missing");
-	})()`)
+	shot(t, detail, "volume-freed")
+	closeDetail()
 
 	// Keyboard: on a freshly loaded page the first Tab reaches the skip
 	// link, and Enter on it moves the focus to the content and stays on
