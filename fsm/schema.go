@@ -27,7 +27,6 @@ const (
 // Index names beside the "id" primary index.
 const (
 	indexID        = "id"
-	indexPlugin    = "plugin_id"  // volumes by plugin
 	indexClaimNode = "claim_node" // volumes by the node of any claim, live or past
 	indexNode      = "node_id"    // allocs by node
 	indexVolume    = "volume_id"  // evals by volume
@@ -63,9 +62,12 @@ func schema() *memdb.DBSchema {
 		TablePlugins: {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(p *structs.Plugin) string { return p.ID }),
 		}},
+		// No index of volumes by plugin: every claim, release and
+		// checkpoint rewrites its volume, and memdb re-inserts the row in
+		// every index on each write (a path copy per index), while listing
+		// a plugin's volumes is an operator's read that a scan serves.
 		TableVolumes: {Name: TableVolumes, Indexes: map[string]*memdb.IndexSchema{
-			indexID:     primary(func(v *structs.Volume) string { return v.ID }),
-			indexPlugin: secondary(indexPlugin, func(v *structs.Volume) string { return v.PluginID }),
+			indexID: primary(func(v *structs.Volume) string { return v.ID }),
 			indexClaimNode: {Name: indexClaimNode, AllowMissing: true,
 				Indexer: claimNodeIndexer{}},
 		}},

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"slices"
+
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/claimd/claimd/structs"
@@ -13,12 +15,15 @@ func (s *StateStore) VolumeByID(ws memdb.WatchSet, id string) (*structs.Volume, 
 }
 
 // Volumes returns the volumes of a plugin, or all of them when pluginID is
-// empty, sorted by ID.
+// empty, sorted by ID. A plugin's volumes come from a scan of all volumes
+// (see the schema: the volumes table has no plugin index, to keep claim
+// writes cheap); ws then fires on a change to any volume.
 func (s *StateStore) Volumes(ws memdb.WatchSet, pluginID string) ([]*structs.Volume, error) {
-	if pluginID == "" {
-		return listAs[structs.Volume](s.list(ws, TableVolumes, indexID))
+	all, err := listAs[structs.Volume](s.list(ws, TableVolumes, indexID))
+	if err != nil || pluginID == "" {
+		return all, err
 	}
-	return listAs[structs.Volume](s.list(ws, TableVolumes, indexPlugin, pluginID))
+	return slices.DeleteFunc(all, func(v *structs.Volume) bool { return v.PluginID != pluginID }), nil
 }
 
 // VolumesByClaimNode returns the volumes on which a node holds a claim,
