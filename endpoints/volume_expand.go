@@ -8,8 +8,8 @@ import (
 
 // Expand grows a volume: ControllerExpandVolume on a controller (when the
 // plugin advertises the controller EXPAND_VOLUME), the new size recorded in
-// one entry, then NodeExpandVolume on every node that may have it mounted (when
-// the controller asks for it, or the plugin expands only on nodes). A node
+// one entry, then NodeExpandVolume on every node that may have it mounted
+// (when the controller asks for it, or the plugin expands only on nodes). A node
 // that cannot be reached is reported pending in the reply instead of the
 // call failing: the capacity is already grown and recorded, and repeating
 // the expansion, which every step allows, finishes the node.
@@ -56,7 +56,12 @@ func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.Volume
 			return structs.Wrap(err, fmt.Sprintf("expand volume %q (external ID %q) with plugin %q; its size is unchanged",
 				vol.ID, vol.ExternalID, vol.PluginID))
 		}
-		capacity, nodesNeeded = max(out.Capacity, args.Capacity), out.NodeExpansionRequired
+		// The plugin's size is what the storage has (at least what was
+		// asked, by the spec); one that does not say leaves the request's.
+		if out.Capacity > 0 {
+			capacity = out.Capacity
+		}
+		nodesNeeded = out.NodeExpansionRequired
 	}
 	_, index, err := v.srv.Apply(structs.VolumeCapacityRequestType, &structs.VolumeCapacityRequest{
 		VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity})
