@@ -103,7 +103,9 @@ async function api(path, opts) {
   const text = await resp.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
-  if (!resp.ok) {
+  // Some routes answer a verdict with a status of its own: the agent's
+  // health 503 and Raft health 429 carry the report, not an error.
+  if (!resp.ok && !(opts.accept || []).includes(resp.status)) {
     const msg = body && body.error ? body.error : text || resp.statusText;
     throw new APIError(resp.status, body && body.code ? body.code : "http_" + resp.status, msg);
   }
@@ -112,9 +114,9 @@ async function api(path, opts) {
 
 // optional fetches data a page can do without (another capability): its
 // failure becomes a note, not the page's error.
-async function optional(path, signal, notes) {
+async function optional(path, signal, notes, accept) {
   try {
-    return (await api(path, { signal })).body;
+    return (await api(path, { signal, accept })).body;
   } catch (err) {
     if (err.name === "AbortError" || !(err instanceof APIError)) throw err;
     notes.push(path + ": " + describe(err));
@@ -253,11 +255,8 @@ pages.cluster = {
   async load(params, index, signal) {
     const notes = [];
     const [health, raft, self] = await Promise.all([
-      api("/v1/agent/health", { signal }).then((r) => r.body).catch((e) => {
-        if (e instanceof APIError && e.status === 503 && e.message) return null;
-        throw e;
-      }),
-      optional("/v1/operator/raft/health", signal, notes),
+      api("/v1/agent/health", { signal, accept: [503] }).then((r) => r.body),
+      optional("/v1/operator/raft/health", signal, notes, [429]),
       optional("/v1/agent/self", signal, notes),
     ]);
     return { index: 0, data: { health, raft, self }, notes };
