@@ -77,13 +77,18 @@ type Takeover struct {
 	// FreedSeconds: until that claim, released at once, was freed (the
 	// new leader's release watcher runs).
 	FreedSeconds float64 `json:"freed_seconds,omitempty"`
-	// Heartbeats sent after the kill and accepted: the first one, and the
-	// moment every node had one accepted (the new leader's heartbeat timers
-	// take them).
+	// Heartbeats sent after the kill: when the first was accepted; when
+	// the last of those sent before the new leader was named was answered
+	// (HeldBeats of them, HeldFailed failed: the servers hold a call while
+	// there is no leader); and when every node had had one accepted (at
+	// least one heartbeat interval, a third of the TTL, by construction).
 	FirstBeatSeconds float64 `json:"first_beat_seconds,omitempty"`
+	HeldBeatsSeconds float64 `json:"held_beats_seconds,omitempty"`
+	HeldBeats        int     `json:"held_beats,omitempty"`
+	HeldFailed       int     `json:"held_failed,omitempty"`
 	AllBeatsSeconds  float64 `json:"all_beats_seconds,omitempty"`
-	// Seconds is the takeover: a claim served and every node's heartbeat
-	// accepted, whichever came last.
+	// Seconds is the takeover: a claim served and every heartbeat held
+	// through the election answered, whichever came last.
 	Seconds float64 `json:"seconds,omitempty"`
 	// NodesSeenDown counts the run's nodes seen marked down by polling the
 	// node list once a second until WatchedSeconds after the kill (two
@@ -109,6 +114,17 @@ type scaleRun struct {
 	index    map[*simNode]int
 	beatsOK  atomic.Int64
 	beatsBad atomic.Int64
+	// killedAt (unix ns, 0 before the takeover) makes the heartbeat hook
+	// record every beat sent after it in afterKill.
+	killedAt  atomic.Int64
+	killMu    sync.Mutex
+	afterKill []beatRecord
+}
+
+// beatRecord is one heartbeat sent after the kill.
+type beatRecord struct {
+	sent, answered time.Time
+	ok             bool
 }
 
 func (cfg *Config) scaleDefaults() {
@@ -196,6 +212,11 @@ func (s *scaleRun) startNodes(ctx context.Context) error {
 	s.index = make(map[*simNode]int, cfg.Nodes)
 	var mu sync.Mutex
 	beat := func(n *simNode, sent time.Time, ok bool) {
+		if k := s.killedAt.Load(); k != 0 && sent.UnixNano() >= k {
+			s.killMu.Lock()
+			s.afterKill = append(s.afterKill, beatRecord{sent: sent, answered: time.Now(), ok: ok})
+			s.killMu.Unlock()
+		}
 		if !ok {
 			s.beatsBad.Add(1)
 			return
@@ -451,6 +472,7 @@ func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 	tk.TTLSeconds = ttl.Seconds()
 	fmt.Fprintf(s.cfg.Progress, "takeover: killing the leader %s (pid %d)\n", old, pid)
 	t0 := time.Now()
+	s.killedAt.Store(t0.UnixNano())
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		tk.Error = fmt.Sprintf("kill %d: %v", pid, err)
 		return tk
@@ -583,8 +605,25 @@ func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 	}()
 	wg.Wait()
 	tk.NodesSeenDown = len(down)
+	// Every node has had a beat sent after the kill accepted, and a node
+	// has one beat in flight at a time: every beat held through the
+	// election has been answered.
+	if tk.LeaderSeconds > 0 && tk.AllBeatsSeconds > 0 {
+		named := t0.Add(time.Duration(tk.LeaderSeconds * float64(time.Second)))
+		s.killMu.Lock()
+		for _, b := range s.afterKill {
+			if b.sent.Before(named) {
+				tk.HeldBeats++
+				if !b.ok {
+					tk.HeldFailed++
+				}
+				tk.HeldBeatsSeconds = max(tk.HeldBeatsSeconds, b.answered.Sub(t0).Seconds())
+			}
+		}
+		s.killMu.Unlock()
+	}
 	if tk.ClaimSeconds > 0 && tk.AllBeatsSeconds > 0 {
-		tk.Seconds = max(tk.ClaimSeconds, tk.AllBeatsSeconds)
+		tk.Seconds = max(tk.ClaimSeconds, tk.HeldBeatsSeconds)
 	}
 	return tk
 }

@@ -35,9 +35,9 @@ func (r *Result) writeScaleText(w io.Writer) {
 }
 
 func (t *Takeover) summary() string {
-	return fmt.Sprintf("new leader %s after %.2fs, claim served %.2fs, released claim freed %.2fs, first heartbeat %.2fs, every node's heartbeat %.2fs; takeover %.2fs; nodes seen down within %.0fs: %d",
-		t.NewLeader, t.LeaderSeconds, t.ClaimSeconds, t.FreedSeconds, t.FirstBeatSeconds, t.AllBeatsSeconds, t.Seconds,
-		t.WatchedSeconds, t.NodesSeenDown)
+	return fmt.Sprintf("new leader %s after %.2fs, claim served %.2fs, released claim freed %.2fs, first heartbeat accepted %.2fs, %d heartbeats held through the election answered by %.2fs (%d failed), every node heartbeated again %.2fs; takeover %.2fs; nodes seen down within %.0fs: %d",
+		t.NewLeader, t.LeaderSeconds, t.ClaimSeconds, t.FreedSeconds, t.FirstBeatSeconds, t.HeldBeats, t.HeldBeatsSeconds, t.HeldFailed,
+		t.AllBeatsSeconds, t.Seconds, t.WatchedSeconds, t.NodesSeenDown)
 }
 
 func fmtBytes(b int64) string {
@@ -74,9 +74,9 @@ func writeScaleTables(w io.Writer, rs []*Result) {
 		if t == nil {
 			continue
 		}
-		row := fmt.Sprintf("| %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s | **%.2f s** | %d (within %.0f s) | %s |",
-			r.Nodes, t.LeaderSeconds, t.ClaimSeconds, t.FreedSeconds, t.FirstBeatSeconds, t.AllBeatsSeconds, t.Seconds,
-			t.NodesSeenDown, t.WatchedSeconds, orNone(t.Error))
+		row := fmt.Sprintf("| %d | %.2f s | %.2f s | %.2f s | %.2f s | %.2f s (%d held, %d failed) | %.2f s | **%.2f s** | %d (within %.0f s) | %s |",
+			r.Nodes, t.LeaderSeconds, t.ClaimSeconds, t.FreedSeconds, t.FirstBeatSeconds, t.HeldBeatsSeconds, t.HeldBeats, t.HeldFailed,
+			t.AllBeatsSeconds, t.Seconds, t.NodesSeenDown, t.WatchedSeconds, orNone(t.Error))
 		tks = append(tks, row)
 	}
 	if len(tks) == 0 {
@@ -85,8 +85,8 @@ func writeScaleTables(w io.Writer, rs []*Result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Takeover: the leader killed (SIGKILL), times from the kill:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | new leader | claim served | released claim freed | first heartbeat accepted | every node's heartbeat accepted | takeover | nodes marked down | incomplete |")
-	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| nodes | new leader | claim served | released claim freed | first heartbeat accepted | heartbeats held through the election answered | every node heartbeated again (≥ TTL/3) | takeover (claim, held heartbeats) | nodes marked down | incomplete |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	fmt.Fprintln(w, strings.Join(tks, "\n"))
 }
 

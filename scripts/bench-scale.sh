@@ -10,9 +10,10 @@
 #   snapshot  `claimd operator snapshot save` and `restore` of that state,
 #             each timed, with the archive's size
 #   takeover  the tool kills the leader (SIGKILL) and times the new one
-#             until a claim is served and every node's heartbeat is
-#             accepted; nodes marked down are counted by the tool (node
-#             list) and from the servers' logs ("marking it down")
+#             until a claim is served and the heartbeats held through the
+#             election are answered; nodes marked down are counted by the
+#             tool (node list) and from the servers' logs ("marking it
+#             down")
 #
 # With PPROF=1 the servers serve pprof (-debug-addr) and the leader's CPU
 # profile over the idle window is kept ($TMP/idle-leader.pprof, with its
@@ -144,9 +145,12 @@ SECTION="$TMP/section.md"
 	echo "heartbeats; \`claimd operator snapshot save\` and \`restore\` of that state;"
 	echo "then the tool kills the leader (SIGKILL) and times the takeover from the"
 	echo "kill: a new leader named, a claim served through a surviving server, that"
-	echo "claim released and freed (the release watcher runs), every node's"
-	echo "heartbeat accepted (the heartbeat timers run). The takeover figure is the"
-	echo "later of the claim and the last heartbeat. Nodes marked down are counted"
+	echo "claim released and freed (the release watcher runs), the heartbeats sent"
+	echo "between the kill and the new leader (the servers hold them while there is"
+	echo "no leader) answered, and every node heartbeating again (at least one"
+	echo "heartbeat interval, a third of the TTL, by construction). The takeover"
+	echo "figure is the later of the claim served and the held heartbeats answered;"
+	echo "the new leader's heartbeat timers then run. Nodes marked down are counted"
 	echo "from the node list (polled once a second for two TTLs and 5 s after the"
 	echo "kill) and from the servers' logs. Plaintext, ACLs off."
 	echo
