@@ -314,16 +314,25 @@ func (s *scaleRun) claimAll(ctx context.Context) error {
 		n := s.nodes[i%len(s.nodes)]
 		req := &structs.VolumeClaimRequest{VolumeID: vols[i], AllocID: allocs[i].ID, NodeID: n.id, Mode: structs.ClaimModeWrite}
 		req.AuthToken = n.secret
-		_, err := clients[i%len(clients)].Claim(ctx, req)
-		if err != nil {
+		// A failure that may not have been applied (timeout, lost
+		// connection, no leader for a moment) is counted and tried again,
+		// a few times: every volume must end up claimed.
+		var err error
+		for range 5 {
+			if _, err = clients[i%len(clients)].Claim(ctx, req); err == nil {
+				return nil
+			}
 			mu.Lock()
 			s.res.Errors[errorCode(err)]++
 			mu.Unlock()
 			if refused(err) {
-				return fmt.Errorf("claim %s: %w", vols[i], err)
+				break
+			}
+			if serr := sleepCtx(ctx, 200*time.Millisecond); serr != nil {
+				return serr
 			}
 		}
-		return nil
+		return fmt.Errorf("claim %s: %w", vols[i], err)
 	})
 	s.res.ClaimsSeconds = time.Since(t1).Seconds()
 	s.res.Claims = int64(v)
