@@ -52,10 +52,10 @@ func fmtBytes(b int64) string {
 func writeScaleTables(w io.Writer, rs []*Result) {
 	fmt.Fprintln(w, "Scale: simulated nodes heartbeating, every volume claimed; each server while idle (heartbeats only):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | volumes (claimed) | setup: nodes / volumes+allocs / claims | heartbeats/s | server | role | CPU (share of one core) | RSS |")
+	fmt.Fprintln(w, "| nodes | volumes (claimed) | setup: nodes / volumes+allocs / claims (claim errors, retried) | heartbeats/s | server | role | CPU (share of one core) | RSS |")
 	fmt.Fprintln(w, "| ---: | ---: | --- | ---: | --- | --- | ---: | ---: |")
 	for _, r := range rs {
-		setup := fmt.Sprintf("%.1f s / %.1f s / %.1f s", r.NodesSeconds, r.VolumesSeconds, r.ClaimsSeconds)
+		setup := fmt.Sprintf("%.1f s / %.1f s / %.1f s (%s)", r.NodesSeconds, r.VolumesSeconds, r.ClaimsSeconds, fmtErrors(r.Errors))
 		if len(r.Idle) == 0 {
 			fmt.Fprintf(w, "| %d | %d | %s | %.0f | n/a | | %s | |\n", r.Nodes, r.Volumes, setup, r.HeartbeatsPerSec, r.NoCPU)
 		}
