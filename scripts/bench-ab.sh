@@ -5,7 +5,8 @@
 # every run on a fresh cluster (plaintext, production Raft timings, fsync
 # on). For each run it prints the claim calls/s and the CPU the three
 # server processes used (from /proc, over WATCH_SECONDS of the measured
-# window) per 1,000 claim calls, then each side's medians and the ratios.
+# window) per 1,000 claim calls and the calls' p50 and p99 latency, then
+# each side's medians and the ratios.
 # CPU per call is the figure a shared machine disturbs least.
 #
 #   A=/tmp/claimd-old B=/tmp/claimd-new scripts/bench-ab.sh
@@ -66,7 +67,7 @@ cpu_ticks() {
 }
 
 # run SIDE BINARY EXTRA_ARGS: one run on a fresh cluster; appends
-# "side ops_per_sec all_cpu_s target_cpu_s wall_s" to $TMP/runs.
+# "side ops_per_sec all_cpu_s target_cpu_s wall_s p50_ms p99_ms" to $TMP/runs.
 RUN=0
 run() {
 	local side=$1 bin=$2 extra=$3
@@ -124,9 +125,11 @@ run() {
 		-duration "$DURATION" -warmup "$WARMUP" -drain-timeout 0 >"$dir/result.jsonl" 2>>"$dir/bench.err" ||
 		log "run $RUN ($side) failed or saw errors"
 	wait "$watcher" || true
-	local ops
+	local ops p50 p99
 	ops=$(grep -o '"ops_per_sec":[0-9.e+-]*' "$dir/result.jsonl" | head -n 1 | cut -d: -f2)
-	echo "$side ${ops:-0} $(cat "$dir/cpu.txt" 2>/dev/null || echo '0 0 0')" | tee -a "$TMP/runs" >&2
+	p50=$(grep -o '"p50_ms":[0-9.e+-]*' "$dir/result.jsonl" | head -n 1 | cut -d: -f2)
+	p99=$(grep -o '"p99_ms":[0-9.e+-]*' "$dir/result.jsonl" | head -n 1 | cut -d: -f2)
+	echo "$side ${ops:-0} $(cat "$dir/cpu.txt" 2>/dev/null || echo '0 0 0') ${p50:-0} ${p99:-0}" | tee -a "$TMP/runs" >&2
 	stop_cluster
 }
 
@@ -142,8 +145,8 @@ for ((round = 1; round <= REPEAT; round++)); do
 done
 log "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-echo "| run | side | claim calls/s | all servers ms / 1k calls | target ms / 1k calls |"
-echo "| ---: | --- | ---: | ---: | ---: |"
+echo "| run | side | claim calls/s | all servers ms / 1k calls | target ms / 1k calls | p50 ms | p99 ms |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"
 awk '
 	function median(a, n,    i, j, t) {
 		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
@@ -153,16 +156,16 @@ awk '
 		calls = $2 * $5
 		if (calls <= 0) next
 		all = 1e6 * $3 / calls; t = 1e6 * $4 / calls
-		printf "| %d | %s | %.0f | %.0f | %.0f |\n", NR, $1, $2, all, t
-		n[$1]++; ops[$1, n[$1]] = $2; am[$1, n[$1]] = all; tm[$1, n[$1]] = t
+		printf "| %d | %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", NR, $1, $2, all, t, $6, $7
+		n[$1]++; ops[$1, n[$1]] = $2; am[$1, n[$1]] = all; tm[$1, n[$1]] = t; p5[$1, n[$1]] = $6; p9[$1, n[$1]] = $7
 	}
 	END {
 		for (s in n) {
-			delete x; delete y; delete z
-			for (i = 1; i <= n[s]; i++) { x[i] = ops[s, i]; y[i] = am[s, i]; z[i] = tm[s, i] }
-			mo[s] = median(x, n[s]); ma[s] = median(y, n[s]); mt[s] = median(z, n[s])
+			delete x; delete y; delete z; delete u; delete w
+			for (i = 1; i <= n[s]; i++) { x[i] = ops[s, i]; y[i] = am[s, i]; z[i] = tm[s, i]; u[i] = p5[s, i]; w[i] = p9[s, i] }
+			mo[s] = median(x, n[s]); ma[s] = median(y, n[s]); mt[s] = median(z, n[s]); m5[s] = median(u, n[s]); m9[s] = median(w, n[s])
 		}
-		printf "\nmedians: A %.0f calls/s, %.0f ms (all) / %.0f ms (target) per 1k calls; B %.0f calls/s, %.0f / %.0f ms\n", mo["A"], ma["A"], mt["A"], mo["B"], ma["B"], mt["B"]
+		printf "\nmedians: A %.0f calls/s, %.0f ms (all) / %.0f ms (target) per 1k calls, p50 %.2f ms, p99 %.2f ms; B %.0f calls/s, %.0f / %.0f ms, p50 %.2f, p99 %.2f\n", mo["A"], ma["A"], mt["A"], m5["A"], m9["A"], mo["B"], ma["B"], mt["B"], m5["B"], m9["B"]
 		if (mo["A"] > 0 && ma["A"] > 0)
 			printf "B/A: throughput %.2f, all servers CPU per call %.2f, target CPU per call %.2f\n", mo["B"] / mo["A"], ma["B"] / ma["A"], mt["B"] / mt["A"]
 	}' "$TMP/runs"
