@@ -269,3 +269,21 @@ func TestHTTPAPI_CurlVolumeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The web UI is in the agent's binary: the dev agent serves it at /ui/
+// (and / sends the browser there) with the Content-Security-Policy, over
+// the same mutual TLS as the API, with no token.
+func TestHTTPAPI_CurlWebUIFromTheBinary(t *testing.T) {
+	_, env, url, _ := startDevAgent(t)
+	if r := runCurl(t, env, url+"/"); r.status != 302 || r.header["location"] != "/ui/" {
+		t.Fatalf("GET / exp: 302 to /ui/ got: %s", r)
+	}
+	r := runCurl(t, env, url+"/ui/")
+	if r.status != 200 || !bytes.Contains(r.body, []byte(`<script src="app.js"`)) ||
+		!strings.Contains(r.header["content-security-policy"], "default-src 'none'") {
+		t.Fatalf("GET /ui/ exp: 200, the page, a CSP got: %d %v", r.status, r.header)
+	}
+	if r := runCurl(t, env, url+"/ui/app.js"); r.status != 200 || !bytes.Contains(r.body, []byte("X-Claimd-Token")) {
+		t.Fatalf("GET /ui/app.js exp: 200, the script got: %d", r.status)
+	}
+}
