@@ -314,7 +314,12 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 		{"#/cluster", `document.querySelector("tr[data-server]") ? "" : "no server row"`, "cluster"},
 		{"#/nodes", `document.querySelector("article[data-node]") && document.querySelector("tr[data-plugin=hostdir]") ? "" : "no node or plugin"`, "nodes"},
 		{"#/evals", `document.querySelector("tr[data-eval][data-status=complete]") ? "" : "no complete eval"`, "evals"},
-		{"#/allocs", `document.querySelector('tr[data-alloc="web-bravo"]') ? "" : "no alloc row"`, "allocs"},
+		{"#/allocs", `(() => {
+			const held = document.querySelector('tr[data-alloc="web-bravo"]');
+			const stopped = document.querySelector('tr[data-alloc="web-zulu"]');
+			if (!held || !stopped) return "alloc rows missing";
+			return held.textContent.includes("bravo (taken)") && stopped.textContent.includes("zulu (freed)") ? "" : held.textContent + " | " + stopped.textContent;
+		})()`, "allocs"},
 	} {
 		do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/"+p.hash))
 		waitPage(t, ctx, 30*time.Second, p.name+" page", p.cond)
@@ -349,7 +354,9 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 	}
 	waitPage(t, ctx, 60*time.Second, "connection lost banner", `(() => {
 		const b = document.querySelector("#banner");
-		return !b.hidden && b.textContent.includes("Connection to the agent lost") ? "" : "banner: " + b.hidden + " " + b.textContent;
+		// Past the answer of the query that was in flight: the browser
+		// itself cannot connect ("Failed to fetch").
+		return !b.hidden && b.textContent.includes("Connection to the agent lost") && b.textContent.includes("Failed to fetch") ? "" : "banner: " + b.hidden + " " + b.textContent;
 	})()`)
 	shot(t, ctx, "connection-lost")
 	e.startHTTP(t)

@@ -520,7 +520,8 @@ pages.allocs = {
     const shown = params.id ? allocs.filter((a) => a.id === params.id) : allocs;
     const claimOf = (volID, allocID) => {
       const v = vols.find((x) => x.id === volID);
-      return v && claimsOf(v).find((c) => c.alloc_id === allocID);
+      if (!v) return null;
+      return claimsOf(v).find((c) => c.alloc_id === allocID) || (v.released || []).find((c) => c.alloc_id === allocID);
     };
     return h("section", { "aria-labelledby": "h-allocs" }, h("h1", { id: "h-allocs" }, params.id ? "Alloc " + params.id : "Allocs"),
       table("Allocs", ["ID", "Node", "Desired", "Status", "Volumes held (claim state)"],
