@@ -45,9 +45,17 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) error {
 
 // RegisterVolumes creates or updates volumes and returns the commit index.
 func (c *Client) RegisterVolumes(ctx context.Context, vols ...*structs.Volume) (uint64, error) {
-	var out structs.GenericResponse
-	err := c.Call(ctx, "Volume.Register", &structs.VolumeRegisterRequest{Volumes: vols}, &out)
+	out, err := c.Register(ctx, vols...)
 	return out.Index, err
+}
+
+// Register creates or updates volumes; the answer also says which
+// registered volumes it grew (a spec asking for more capacity than
+// recorded) and the nodes where that is still pending.
+func (c *Client) Register(ctx context.Context, vols ...*structs.Volume) (*structs.VolumeRegisterResponse, error) {
+	var out structs.VolumeRegisterResponse
+	err := c.Call(ctx, "Volume.Register", &structs.VolumeRegisterRequest{Volumes: vols}, &out)
+	return &out, err
 }
 
 // DeregisterVolumes removes volumes.
@@ -60,9 +68,17 @@ func (c *Client) DeregisterVolumes(ctx context.Context, force bool, ids ...strin
 // CreateVolume has a controller plugin create a volume and registers it;
 // it returns the registered volume (secrets redacted).
 func (c *Client) CreateVolume(ctx context.Context, spec *structs.VolumeCreateSpec) (*structs.Volume, uint64, error) {
+	out, err := c.Create(ctx, spec)
+	return out.Volume, out.Index, err
+}
+
+// Create is CreateVolume with the whole answer: a repeat whose
+// capacity_min is more than recorded grows the volume, and Expanded says
+// how far that got.
+func (c *Client) Create(ctx context.Context, spec *structs.VolumeCreateSpec) (*structs.VolumeCreateResponse, error) {
 	var out structs.VolumeCreateResponse
 	err := c.Call(ctx, "Volume.Create", &structs.VolumeCreateRequest{Volume: spec}, &out)
-	return out.Volume, out.Index, err
+	return &out, err
 }
 
 // DeleteVolume has a controller plugin delete an unclaimed volume and

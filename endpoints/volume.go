@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"fmt"
+	"strings"
 
 	memdb "github.com/hashicorp/go-memdb"
 
@@ -21,7 +22,15 @@ const maxVolumesPerRequest = 1000
 
 // Register creates or updates volumes. Validation happens here, before the
 // log, so that a bad spec never becomes an entry; the FSM checks again.
-func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.GenericResponse) error {
+//
+// A volume already registered with the same plugin and external ID whose
+// spec asks for more capacity than recorded is grown after the entry, as
+// `volume expand` does (Volume.grow): growing storage is what re-running
+// register with a larger size means (issue 18). Every growth is checked
+// before anything is written, so a batch with one bad volume (a smaller
+// size than recorded, a plugin that cannot expand, a token without what
+// expand needs) changes nothing. First registrations never call a plugin.
+func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.VolumeRegisterResponse) error {
 	if done, err := v.srv.Forward("Volume.Register", args, args, reply); done {
 		return err
 	}
@@ -34,7 +43,15 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Ge
 	if len(args.Volumes) > maxVolumesPerRequest {
 		return structs.Invalid("volumes", fmt.Sprintf("%d volumes, at most %d per request", len(args.Volumes), maxVolumesPerRequest))
 	}
+	field := func(i int, name string) string {
+		if len(args.Volumes) > 1 {
+			return fmt.Sprintf("volumes[%d].%s", i, name)
+		}
+		return name
+	}
 	seen := map[string]bool{}
+	var grows []growth
+	var ids []string
 	for i, vol := range args.Volumes {
 		if err := vol.Validate(); err != nil {
 			if len(args.Volumes) > 1 {
@@ -46,10 +63,63 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Ge
 			return structs.Invalid(fmt.Sprintf("volumes[%d].id", i), fmt.Sprintf("%q appears twice", vol.ID))
 		}
 		seen[vol.ID] = true
+		g, err := v.registerGrowth(vol, field(i, "capacity"))
+		if err != nil {
+			return err
+		}
+		if g != nil {
+			grows, ids = append(grows, *g), append(ids, vol.ID)
+		}
+	}
+	if len(grows) > 0 {
+		if _, err := v.auth.check("Volume.Expand", args); err != nil {
+			return structs.Wrap(err, fmt.Sprintf("registering asks to grow %s, which needs what `volume expand` needs", strings.Join(ids, ", ")))
+		}
 	}
 	_, index, err := v.srv.Apply(structs.VolumeRegisterRequestType, args)
 	reply.Index = index
-	return err
+	if err != nil {
+		return err
+	}
+	// The expansions use the volumes as just registered (their secrets and
+	// mount options may have changed). Each is idempotent: after a failure,
+	// registering again grows what is still smaller than the spec.
+	for i, g := range grows {
+		vol, err := v.srv.State().VolumeByID(nil, ids[i])
+		if err == nil && vol == nil {
+			err = structs.NotFound("volume", ids[i])
+		}
+		var grown structs.VolumeExpansion
+		if err == nil {
+			index, err = v.grow(vol, g, &grown)
+		}
+		if err != nil {
+			return structs.Wrap(err, fmt.Sprintf("registered at index %d and grew %d of %d volumes; growing %q failed (register again to retry)",
+				reply.Index, i, len(grows), ids[i]))
+		}
+		reply.Expanded = append(reply.Expanded, &grown)
+		reply.Index = index
+	}
+	return nil
+}
+
+// registerGrowth says whether registering spec grows a registered volume:
+// the same storage object (plugin and external ID) with a known size that
+// the spec's capacity exceeds. It refuses, naming field, a smaller size
+// than recorded and a growth the plugin cannot do. A volume registered the
+// first time, another storage object, an unknown recorded size or a spec
+// without capacity (0 keeps the recorded size) is a change of record only.
+func (v *Volume) registerGrowth(spec *structs.Volume, field string) (*growth, error) {
+	old, err := v.srv.State().VolumeByID(nil, spec.ID)
+	if err != nil || old == nil || old.PluginID != spec.PluginID || old.ExternalID != spec.ExternalID ||
+		old.Capacity == 0 || spec.Capacity == 0 || spec.Capacity == old.Capacity {
+		return nil, err
+	}
+	g := growth{capacity: spec.Capacity, field: field, capField: field}
+	if _, err := v.checkGrowth(old, g); err != nil {
+		return nil, err
+	}
+	return &g, nil
 }
 
 // Deregister removes volumes.

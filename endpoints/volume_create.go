@@ -32,13 +32,30 @@ func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.Volume
 	}
 	if existing != nil {
 		// A repeat of a create that was registered (or a volume registered
-		// by hand): answer from the state without calling the plugin, so a
-		// mismatch never leaves a plugin volume nobody registered.
-		if err := sameAsCreated(existing, spec); err != nil {
+		// by hand): answer from the state without CreateVolume, so a
+		// mismatch never leaves a plugin volume nobody registered. A
+		// capacity_min above the recorded size grows the volume as
+		// `volume expand` does.
+		grow, err := sameAsCreated(existing, spec)
+		if err != nil {
 			return err
 		}
-		reply.Volume = existing.Sanitize()
-		reply.Index = existing.ModifyIndex
+		reply.Volume, reply.Index = existing.Sanitize(), existing.ModifyIndex
+		if !grow {
+			return nil
+		}
+		var grown structs.VolumeExpansion
+		index, err := v.grow(existing, growth{capacity: spec.CapacityMin, limit: spec.CapacityMax,
+			field: "capacity_min", capField: "capacity_min"}, &grown)
+		if err != nil {
+			return err
+		}
+		reply.Expanded, reply.Index = &grown, index
+		if now, err := v.srv.State().VolumeByID(nil, spec.ID); err != nil {
+			return err
+		} else if now != nil {
+			reply.Volume = now.Sanitize()
+		}
 		return nil
 	}
 
@@ -70,21 +87,26 @@ func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.Volume
 }
 
 // sameAsCreated reports, as a conflict naming the field, how a registered
-// volume differs from what a create spec for the same ID asks for.
-func sameAsCreated(v *structs.Volume, spec *structs.VolumeCreateSpec) error {
+// volume differs from what a create spec for the same ID asks for, and
+// whether the spec asks to grow it: a capacity_min above a known recorded
+// size. An unknown size (a volume registered by hand without one) is not
+// grown from: claimd cannot tell the request from what the storage has.
+func sameAsCreated(v *structs.Volume, spec *structs.VolumeCreateSpec) (grow bool, err error) {
 	conflict := func(field, msg string) error {
 		return structs.NewError(structs.CodeConflict, fmt.Sprintf("%s: volume %q is already registered %s", field, spec.ID, msg))
 	}
 	first := spec.Capabilities[0]
 	switch {
 	case v.PluginID != spec.PluginID:
-		return conflict("plugin_id", fmt.Sprintf("with plugin %q", v.PluginID))
+		return false, conflict("plugin_id", fmt.Sprintf("with plugin %q", v.PluginID))
 	case v.AccessMode != first.AccessMode || v.AttachmentMode != first.AttachmentMode:
-		return conflict("capabilities[0]", fmt.Sprintf("with %s/%s", v.AccessMode, v.AttachmentMode))
-	case v.Capacity < spec.CapacityMin || (spec.CapacityMax > 0 && v.Capacity > spec.CapacityMax):
-		return conflict("capacity_min", fmt.Sprintf("with capacity %d, outside [%d, %d]", v.Capacity, spec.CapacityMin, spec.CapacityMax))
+		return false, conflict("capabilities[0]", fmt.Sprintf("with %s/%s", v.AccessMode, v.AttachmentMode))
+	case spec.CapacityMax > 0 && v.Capacity > spec.CapacityMax:
+		return false, conflict("capacity_max", fmt.Sprintf("with capacity %d, more than %d; shrinking is not supported", v.Capacity, spec.CapacityMax))
+	case v.Capacity == 0 && spec.CapacityMin > 0:
+		return false, conflict("capacity_min", fmt.Sprintf("without a known capacity; `volume expand` grows it to at least %d", spec.CapacityMin))
 	}
-	return nil
+	return v.Capacity < spec.CapacityMin, nil
 }
 
 // checkCreatable refuses, before any plugin call, a spec the plugin cannot

@@ -30,50 +30,11 @@ func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.Volume
 	if vol == nil {
 		return structs.NotFound("volume", args.VolumeID)
 	}
-	if args.Capacity < vol.Capacity {
-		return structs.Invalid("capacity", fmt.Sprintf("%d is less than volume %q's %d bytes; shrinking is not supported",
-			args.Capacity, vol.ID, vol.Capacity))
-	}
-	plug, err := v.plugin(vol.PluginID)
+	index, err := v.grow(vol, growth{capacity: args.Capacity, field: "capacity", capField: "volume_id"}, &reply.VolumeExpansion)
 	if err != nil {
 		return err
 	}
-	onController := hasController(plug, capExpandVolume)
-	onNodes := plug.NodeCapabilities != nil && plug.NodeCapabilities.ExpandVolume
-	if !onController && !onNodes {
-		return structs.Invalid("volume_id", fmt.Sprintf("plugin %q advertises EXPAND_VOLUME neither as a controller nor as a node capability", plug.ID))
-	}
-
-	capacity, nodesNeeded := args.Capacity, true
-	if onController {
-		var out structs.ClientCSIControllerExpandResponse
-		err := NewClientCSI(v.srv).ControllerExpandVolume(&structs.ClientCSIControllerExpandRequest{
-			CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
-			VolumeID:           vol.ID, ExternalID: vol.ExternalID, Capacity: args.Capacity,
-			AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode, MountOptions: vol.MountOptions, Secrets: vol.Secrets,
-		}, &out)
-		if err != nil {
-			return structs.Wrap(err, fmt.Sprintf("expand volume %q (external ID %q) with plugin %q; its size is unchanged",
-				vol.ID, vol.ExternalID, vol.PluginID))
-		}
-		// The plugin's size is what the storage has (at least what was
-		// asked, by the spec); one that does not say leaves the request's.
-		if out.Capacity > 0 {
-			capacity = out.Capacity
-		}
-		nodesNeeded = out.NodeExpansionRequired
-	}
-	_, index, err := v.srv.Apply(structs.VolumeCapacityRequestType, &structs.VolumeCapacityRequest{
-		VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity})
-	if err != nil {
-		return structs.Wrap(err, fmt.Sprintf("plugin %q grew volume %q to %d bytes, but recording the size failed", vol.PluginID, vol.ID, capacity))
-	}
-	reply.Capacity, reply.Index = capacity, index
-	if nodesNeeded && onNodes {
-		reply.NodesExpanded, reply.NodesPending = v.expandOnNodes(vol, capacity)
-	}
-	v.srv.Logger().Info("volume expanded", "volume", vol.ID, "plugin", vol.PluginID, "capacity", capacity,
-		"nodes_expanded", len(reply.NodesExpanded), "nodes_pending", len(reply.NodesPending), "index", index)
+	reply.Index = index
 	now, err := v.srv.State().VolumeByID(nil, vol.ID)
 	if err != nil {
 		return err
@@ -84,12 +45,101 @@ func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.Volume
 	return nil
 }
 
+// growth is a request to grow a volume, from `volume expand`, or from a
+// register or create that asks for more than is recorded: the one rule for
+// all three. The fields are what the request calls the size and what asks
+// for the plugin's expansion capability, for the errors.
+type growth struct {
+	capacity int64 // required bytes
+	limit    int64 // limit bytes; 0 leaves it to the plugin
+	field    string
+	capField string
+}
+
+// expansion is a growth checked against the volume and its plugin: which
+// of the plugin's services grow it.
+type expansion struct {
+	growth
+	vol          *structs.Volume
+	onController bool
+	onNodes      bool
+}
+
+// checkGrowth refuses, before any call, a growth that would shrink the
+// volume or that its plugin cannot do, as invalid naming the field.
+// Growing to the recorded size is allowed: every step is idempotent, and
+// a repeat finishes the nodes a previous expansion left pending.
+func (v *Volume) checkGrowth(vol *structs.Volume, g growth) (*expansion, error) {
+	if g.capacity < vol.Capacity {
+		return nil, structs.Invalid(g.field, fmt.Sprintf("%d is less than volume %q's %d bytes; shrinking is not supported",
+			g.capacity, vol.ID, vol.Capacity))
+	}
+	plug, err := v.plugin(vol.PluginID)
+	if err != nil {
+		return nil, err
+	}
+	x := &expansion{growth: g, vol: vol,
+		onController: hasController(plug, capExpandVolume),
+		onNodes:      plug.NodeCapabilities != nil && plug.NodeCapabilities.ExpandVolume}
+	if !x.onController && !x.onNodes {
+		return nil, structs.Invalid(g.capField, fmt.Sprintf("plugin %q advertises EXPAND_VOLUME neither as a controller nor as a node capability", plug.ID))
+	}
+	return x, nil
+}
+
+// grow checks a growth and runs it (run); it returns the capacity entry's
+// index.
+func (v *Volume) grow(vol *structs.Volume, g growth, out *structs.VolumeExpansion) (uint64, error) {
+	x, err := v.checkGrowth(vol, g)
+	if err != nil {
+		return 0, err
+	}
+	return v.run(x, out)
+}
+
+// run does a checked expansion's three steps: the controller, the capacity
+// entry, the nodes.
+func (v *Volume) run(x *expansion, out *structs.VolumeExpansion) (uint64, error) {
+	vol := x.vol
+	capacity, nodesNeeded := x.capacity, true
+	if x.onController {
+		var grown structs.ClientCSIControllerExpandResponse
+		err := NewClientCSI(v.srv).ControllerExpandVolume(&structs.ClientCSIControllerExpandRequest{
+			CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
+			VolumeID:           vol.ID, ExternalID: vol.ExternalID, Capacity: x.capacity, CapacityMax: x.limit,
+			AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode, MountOptions: vol.MountOptions, Secrets: vol.Secrets,
+		}, &grown)
+		if err != nil {
+			return 0, structs.Wrap(err, fmt.Sprintf("expand volume %q (external ID %q) with plugin %q; its size is unchanged",
+				vol.ID, vol.ExternalID, vol.PluginID))
+		}
+		// The plugin's size is what the storage has (at least what was
+		// asked, by the spec); one that does not say leaves the request's.
+		if grown.Capacity > 0 {
+			capacity = grown.Capacity
+		}
+		nodesNeeded = grown.NodeExpansionRequired
+	}
+	_, index, err := v.srv.Apply(structs.VolumeCapacityRequestType, &structs.VolumeCapacityRequest{
+		VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity})
+	if err != nil {
+		return 0, structs.Wrap(err, fmt.Sprintf("plugin %q grew volume %q to %d bytes, but recording the size failed", vol.PluginID, vol.ID, capacity))
+	}
+	*out = structs.VolumeExpansion{VolumeID: vol.ID, Previous: vol.Capacity, Capacity: capacity}
+	if nodesNeeded && x.onNodes {
+		out.NodesExpanded, out.NodesPending = v.expandOnNodes(vol, capacity, x.limit)
+	}
+	v.srv.Logger().Info("volume expanded", "volume", vol.ID, "plugin", vol.PluginID, "from", vol.Capacity, "capacity", capacity,
+		"nodes_expanded", len(out.NodesExpanded), "nodes_pending", len(out.NodesPending), "index", index)
+	return index, nil
+}
+
 // expandOnNodes runs NodeExpandVolume on every node that may have the
 // volume staged or published: a claim that has not reached node-detached,
 // live or being released (a node that went down keeps its claims past and
 // the volume mounted until it is back). A node that is not ready is pending
 // without a call; so is one whose call fails.
-func (v *Volume) expandOnNodes(vol *structs.Volume, capacity int64) (expanded []string, pending map[string]string) {
+func (v *Volume) expandOnNodes(vol *structs.Volume, capacity, limit int64) (expanded []string, pending map[string]string) {
 	nodes := map[string]bool{}
 	for _, c := range vol.AllClaims() {
 		if c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
@@ -109,7 +159,7 @@ func (v *Volume) expandOnNodes(vol *structs.Volume, capacity int64) (expanded []
 		default:
 			var out structs.ClientCSINodeExpandResponse
 			err = NewClientCSI(v.srv).NodeExpandVolume(&structs.ClientCSINodeExpandRequest{
-				NodeID: id, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity,
+				NodeID: id, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity, CapacityMax: limit,
 			}, &out)
 			if err != nil {
 				reason = err.Error()

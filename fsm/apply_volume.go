@@ -14,7 +14,7 @@ func init() {
 // applyVolumeRegister creates or updates volumes. Claims are state, not
 // spec: an update keeps the stored claims and current modes whatever the
 // request carries, and may change only what is safe while a node has the
-// volume attached.
+// volume attached. A known capacity is state too (decision 32).
 func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, error) {
 	if len(req.Volumes) == 0 {
 		return nil, structs.Invalid("volumes", "must not be empty")
@@ -43,6 +43,14 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 			v.ReadClaims, v.WriteClaims, v.PastClaims = old.ReadClaims, old.WriteClaims, old.PastClaims
 			v.CurrentAccessMode, v.CurrentAttachmentMode = old.CurrentAccessMode, old.CurrentAttachmentMode
 			v.CreateIndex = old.CreateIndex
+			// A known size of the same storage object changes only through
+			// the capacity entry, once the plugin grew it: the register
+			// spec's size is what the endpoint asked the plugin for, which
+			// happens after this entry, and a smaller or missing one must
+			// not undo an expansion.
+			if old.Capacity > 0 && old.PluginID == v.PluginID && old.ExternalID == v.ExternalID {
+				v.Capacity = old.Capacity
+			}
 		}
 		tx.put(TableVolumes, v)
 	}

@@ -41,3 +41,37 @@ func TestVolumeCapacity_OnlyGrowsAndKeepsClaims(t *testing.T) {
 	h.mustRefuse(structs.VolumeCapacityRequestType, grow(0), structs.CodeInvalid)
 	h.mustRefuse(structs.VolumeCapacityRequestType, &structs.VolumeCapacityRequest{VolumeID: "../x", ExternalID: "ext-v1", Capacity: 5}, structs.CodeInvalid)
 }
+
+// A register entry never changes a known size of the same storage object
+// (the capacity entry does, once the plugin grew it): a re-registration
+// with a larger, smaller or no size keeps the recorded one, and its other
+// changes land. An unknown size (0) takes the spec's, and another storage
+// object under the same ID brings its own size.
+func TestVolumeRegister_KeepsKnownCapacityOfTheSameStorage(t *testing.T) {
+	h := mustNewHarness(t)
+	vol := func(ext string, capacity int64, tier string) *structs.Volume {
+		v := testVolume("v1", structs.AccessModeSingleNodeWriter)
+		v.ExternalID, v.Capacity, v.Parameters = ext, capacity, map[string]string{"tier": tier}
+		return v
+	}
+	h.registerVolumes(vol("ext-v1", 0, "fast"))
+	h.registerVolumes(vol("ext-v1", 1<<20, "fast"))
+	if got := h.volume("v1").Capacity; got != 1<<20 {
+		t.Fatalf("unknown size registered exp: %d got: %d", 1<<20, got)
+	}
+	for _, c := range []int64{4 << 20, 512 << 10, 0} {
+		h.registerVolumes(vol("ext-v1", c, "slow"))
+		if v := h.volume("v1"); v.Capacity != 1<<20 || v.Parameters["tier"] != "slow" || v.ModifyIndex != h.index {
+			t.Fatalf("re-register with capacity %d exp: capacity %d kept, tier slow at index %d got: %+v", c, 1<<20, h.index, v)
+		}
+	}
+	h.mustApply(structs.VolumeCapacityRequestType, &structs.VolumeCapacityRequest{VolumeID: "v1", ExternalID: "ext-v1", Capacity: 4 << 20})
+	h.registerVolumes(vol("ext-v1", 1<<20, "fast"))
+	if got := h.volume("v1").Capacity; got != 4<<20 {
+		t.Fatalf("re-register after an expansion exp: %d got: %d", 4<<20, got)
+	}
+	h.registerVolumes(vol("ext-other", 2<<20, "fast"))
+	if got := h.volume("v1").Capacity; got != 2<<20 {
+		t.Fatalf("another storage object exp: its size %d got: %d", 2<<20, got)
+	}
+}

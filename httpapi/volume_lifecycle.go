@@ -47,14 +47,28 @@ func (s *Server) snapshotDelete(w http.ResponseWriter, r *http.Request) (any, er
 	return struct{}{}, nil
 }
 
-// expandResult is the body of an expansion: the capacity recorded, and
-// the nodes that still must expand (run it again once they are back).
-type expandResult struct {
-	Volume        *structs.Volume   `json:"volume"`
+// expansionResult is one volume's growth in an answer: the size recorded
+// before and now, and the nodes that still must expand (run `volume
+// expand` again once they are back).
+type expansionResult struct {
+	VolumeID      string            `json:"volume_id"`
+	Previous      int64             `json:"previous_capacity"`
 	Capacity      int64             `json:"capacity"`
 	NodesExpanded []string          `json:"nodes_expanded"`
 	NodesPending  map[string]string `json:"nodes_pending,omitempty"`
-	Index         uint64            `json:"index"`
+}
+
+func newExpansionResult(x *structs.VolumeExpansion) expansionResult {
+	return expansionResult{VolumeID: x.VolumeID, Previous: x.Previous, Capacity: x.Capacity,
+		NodesExpanded: orEmpty(x.NodesExpanded), NodesPending: x.NodesPending}
+}
+
+// expandResult is the body of an expansion, with the volume as recorded
+// afterwards.
+type expandResult struct {
+	Volume *structs.Volume `json:"volume"`
+	expansionResult
+	Index uint64 `json:"index"`
 }
 
 // PUT|POST /v1/volume/{id}/expand: {"capacity": BYTES}.
@@ -70,6 +84,5 @@ func (s *Server) volumeExpand(w http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	setWriteIndex(w, out.Index)
-	return expandResult{Volume: out.Volume, Capacity: out.Capacity, NodesExpanded: orEmpty(out.NodesExpanded),
-		NodesPending: out.NodesPending, Index: out.Index}, nil
+	return expandResult{Volume: out.Volume, expansionResult: newExpansionResult(&out.VolumeExpansion), Index: out.Index}, nil
 }

@@ -77,14 +77,16 @@ func (s *Server) volumeRegister(w http.ResponseWriter, r *http.Request) (any, er
 	return s.register(w, r, []*structs.Volume{&v})
 }
 
-// registerResult is a volume registration's answer.
+// registerResult is a volume registration's answer: Expanded lists the
+// registered volumes it grew (a spec asking for more than recorded).
 type registerResult struct {
-	Index   uint64   `json:"index"`
-	Volumes []string `json:"volumes"`
+	Index    uint64            `json:"index"`
+	Volumes  []string          `json:"volumes"`
+	Expanded []expansionResult `json:"expanded,omitempty"`
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, vols []*structs.Volume) (any, error) {
-	var out structs.GenericResponse
+	var out structs.VolumeRegisterResponse
 	if err := s.rpc(r, "Volume.Register", &structs.VolumeRegisterRequest{Volumes: vols}, &out); err != nil {
 		return nil, err
 	}
@@ -92,6 +94,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, vols []*struct
 	res := registerResult{Index: out.Index, Volumes: []string{}}
 	for _, v := range vols {
 		res.Volumes = append(res.Volumes, v.ID)
+	}
+	for _, x := range out.Expanded {
+		res.Expanded = append(res.Expanded, newExpansionResult(x))
 	}
 	return res, nil
 }
@@ -165,7 +170,14 @@ func (s *Server) volumeCreate(w http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	setWriteIndex(w, out.Index)
-	return out.Volume, nil
+	if out.Expanded == nil {
+		return out.Volume, nil
+	}
+	// A repeat that grew the volume: the volume, and how far growing got.
+	return struct {
+		*structs.Volume
+		Expanded expansionResult `json:"expanded"`
+	}{out.Volume, newExpansionResult(out.Expanded)}, nil
 }
 
 // DELETE /v1/volume/{id}/delete

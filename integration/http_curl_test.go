@@ -219,7 +219,8 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 
 // The volume lifecycle routes with curl, as docs/http-api.md shows them:
 // create, snapshot (twice: the same snapshot), list, create from the
-// snapshot, expand (and a refused shrink), delete the snapshot.
+// snapshot, expand (and a refused shrink), grow by register and by create
+// again, delete the snapshot.
 func TestHTTPAPI_CurlVolumeLifecycle(t *testing.T) {
 	dev, env, url, token := startDevAgent(t)
 	put := func(path, body string) curlResult {
@@ -258,6 +259,23 @@ func TestHTTPAPI_CurlVolumeLifecycle(t *testing.T) {
 	}
 	if r := put("/v1/volume/restored/expand", `{"capacity":1024}`); r.status != 400 || !bytes.Contains(r.body, []byte("capacity")) {
 		t.Fatalf("shrink exp: 400 naming capacity got: %s", r)
+	}
+	// Growing by register and by create again: the answers say so.
+	reg := func(capacity string) curlResult {
+		return put("/v1/volume/restored", `{"external_id":"restored","plugin_id":"hostdir","capacity":`+capacity+
+			`,"access_mode":"single-node-writer","attachment_mode":"file-system"}`)
+	}
+	if r := reg("6291456"); r.status != 200 || !bytes.Contains(r.body, []byte(`"previous_capacity": 4194304`)) ||
+		!bytes.Contains(r.body, []byte(`"capacity": 6291456`)) {
+		t.Fatalf("register with a larger capacity exp: 200 with the volume grown from 4194304 to 6291456 got: %s", r)
+	}
+	if r := reg("1024"); r.status != 400 || !bytes.Contains(r.body, []byte("capacity")) || !bytes.Contains(r.body, []byte("shrinking")) {
+		t.Fatalf("register with a smaller capacity exp: 400 naming capacity got: %s", r)
+	}
+	r = put("/v1/volume/scratch/create", `{"plugin_id":"hostdir","capacity_min":2097152,`+caps+`}`)
+	if r.status != 200 || !bytes.Contains(r.body, []byte(`"expanded": {`)) || !bytes.Contains(r.body, []byte(`"previous_capacity": 1048576`)) ||
+		!bytes.Contains(r.body, []byte(`"external_id": "scratch"`)) {
+		t.Fatalf("create again with a larger capacity_min exp: 200, the volume and its growth got: %s", r)
 	}
 	if r := runCurl(t, env, "-H", token, "-X", "DELETE", url+"/v1/snapshot?plugin=hostdir&id="+snap.ID); r.status != 200 {
 		t.Fatalf("snapshot delete exp: 200 got: %s", r)

@@ -96,12 +96,12 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 		t.Fatalf("CreateVolume calls exp: 1 (a registered ID is answered from the state) got: %d", n)
 	}
 	// A repeat that asks for something else is a conflict naming the
-	// field, and still no plugin call.
+	// field, and still no plugin call (a larger capacity_min grows the
+	// volume: TestVolumeLifecycle_RegisterAndCreateGrow).
 	other := createSpec("vc1")
-	other.CapacityMin = 16 << 20
-	other.CapacityMax = 0
-	if _, _, err := e.api.CreateVolume(ctx(), other); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capacity_min") {
-		t.Fatalf("repeat with another capacity exp: conflict naming capacity_min got: %v", err)
+	other.Capabilities[0].AccessMode = structs.AccessModeMultiNodeReader
+	if _, _, err := e.api.CreateVolume(ctx(), other); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capabilities[0]") {
+		t.Fatalf("repeat with another access mode exp: conflict naming capabilities[0] got: %v", err)
 	}
 	// A volume registered by hand under the same ID: refused, no plugin
 	// volume made for it.

@@ -479,3 +479,179 @@ func TestVolumeLifecycle_RefusedWithoutCapability(t *testing.T) {
 		t.Fatalf("volume after a failed expand exp: capacity unchanged got: %+v (%v)", v, err)
 	}
 }
+
+// Issue 18 item 4's other half: re-registering a volume with a larger
+// capacity grows it through the same steps as `volume expand`
+// (ControllerExpandVolume, the recorded size, NodeExpandVolume where it is
+// staged), and so does repeating a create with a larger capacity_min.
+// A smaller size is refused naming the field with nothing changed (in a
+// batch too); a first registration, or one without a size, calls no
+// plugin; growing needs what expand needs (volume:create). The CLI exits 2
+// while a node is pending. On the secured three-server cluster with the
+// plugin as controller on one agent and as node plugin on another.
+func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
+	e := newCreateEnv(t)
+	ctx := func() context.Context { return harness.Ctx(t, 60*time.Second) }
+	w1 := e.clients["w1"].NodeID()
+	created, _, err := e.api.CreateVolume(ctx(), createSpec("grow"))
+	if err != nil {
+		t.Fatalf("create exp: no error got: %v", err)
+	}
+	e.run(t, "a1", "w1", "grow")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	// The register spec an operator keeps for the created volume (the
+	// record's secrets are redacted, so they come from the spec).
+	spec := func(capacity int64, tier string) *structs.Volume {
+		return &structs.Volume{ID: "grow", Name: "created grow", ExternalID: created.ExternalID, PluginID: "hostdir",
+			AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem,
+			Context: created.Context, Parameters: map[string]string{"tier": tier}, Secrets: structs.Secrets{"token": "s3cret"},
+			Capacity: capacity}
+	}
+	expands := func() (controller, node int) {
+		return countCalls(e.controller.Audit(), "ControllerExpandVolume", created.ExternalID, "ok"),
+			countCalls(e.nodes["w1"].Audit(), "NodeExpandVolume", created.ExternalID, "ok")
+	}
+	recorded := func() *structs.Volume {
+		t.Helper()
+		v, _, err := e.api.Volume(ctx(), "grow", structs.QueryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	// A first registration with a size, and a re-registration without one
+	// or with the recorded one: changes of record, no plugin call.
+	byHand := testVolume("byhand")
+	byHand.Capacity = 2 << 20
+	if out, err := e.api.Register(ctx(), byHand); err != nil || len(out.Expanded) != 0 {
+		t.Fatalf("first registration exp: nothing grown got: %+v (%v)", out, err)
+	}
+	for _, c := range []int64{0, 1 << 20} {
+		if out, err := e.api.Register(ctx(), spec(c, "fast")); err != nil || len(out.Expanded) != 0 {
+			t.Fatalf("re-register with capacity %d exp: nothing grown got: %+v (%v)", c, out, err)
+		}
+	}
+	if n := countMethod(e.controller.Audit(), "ControllerExpandVolume"); n != 0 {
+		t.Fatalf("ControllerExpandVolume calls after changes of record exp: 0 got: %d", n)
+	}
+	if v := recorded(); v.Capacity != 1<<20 {
+		t.Fatalf("capacity after a register without one exp: %d kept got: %d", 1<<20, v.Capacity)
+	}
+
+	// Re-register with more, through a follower: the controller grows it,
+	// the size is recorded, w1 (where a1 has it staged) expands, and the
+	// spec's other change lands.
+	out, err := e.c.Followers()[0].Client().Register(ctx(), spec(3<<20, "slow"))
+	if err != nil {
+		t.Fatalf("re-register with a larger capacity exp: no error got: %v", err)
+	}
+	if len(out.Expanded) != 1 || out.Expanded[0].VolumeID != "grow" || out.Expanded[0].Previous != 1<<20 ||
+		out.Expanded[0].Capacity != 3<<20 || strings.Join(out.Expanded[0].NodesExpanded, ",") != w1 || len(out.Expanded[0].NodesPending) != 0 {
+		t.Fatalf("re-register exp: grow grown from %d to %d, %s expanded got: %+v", 1<<20, 3<<20, w1, out.Expanded)
+	}
+	if c, n := expands(); c != 1 || n != 1 {
+		t.Fatalf("expansion calls exp: 1 ControllerExpandVolume, 1 NodeExpandVolume got: %d, %d", c, n)
+	}
+	expectNodeExpansion(t, e, "grow", 3<<20)
+	if v := recorded(); v.Capacity != 3<<20 || v.Parameters["tier"] != "slow" || v.ModifyIndex != out.Index {
+		t.Fatalf("recorded volume exp: capacity %d, tier slow, at index %d got: %+v", 3<<20, out.Index, v)
+	}
+	if again, err := e.api.Register(ctx(), spec(3<<20, "slow")); err != nil || len(again.Expanded) != 0 {
+		t.Fatalf("repeated re-register exp: nothing grown got: %+v (%v)", again, err)
+	}
+
+	// Smaller: refused naming the field, alone or in a batch with a good
+	// new volume; nothing is written and no plugin is called.
+	idx := volumeTableIndex(t, e)
+	if _, err := e.api.Register(ctx(), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
+		!strings.HasPrefix(err.Error(), "invalid: capacity:") || !strings.Contains(err.Error(), "shrinking") {
+		t.Fatalf("re-register with a smaller capacity exp: invalid naming capacity got: %v", err)
+	}
+	if _, err := e.api.Register(ctx(), testVolume("fresh"), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
+		!strings.Contains(err.Error(), "volumes[1].capacity") {
+		t.Fatalf("batch with a smaller capacity exp: invalid naming volumes[1].capacity got: %v", err)
+	}
+	// Growing needs what expand needs: a token that may only register is
+	// refused before anything is written.
+	mgmt := e.api
+	if _, err := mgmt.ACLPolicyApply(ctx(), "register-only", "volume:register only", `volume { capabilities = ["register"] }`); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mgmt.ACLTokenCreate(ctx(), "register-only", "", []string{"register-only"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Servers[1].ClientWithToken(tok.SecretID).Register(ctx(), testVolume("fresh"), spec(4<<20, "fast")); !errors.Is(err, structs.ErrPermissionDenied) ||
+		!strings.Contains(err.Error(), "volume:create") || strings.Contains(err.Error(), tok.SecretID) {
+		t.Fatalf("growth with a register-only token exp: permission_denied naming volume:create got: %v", err)
+	}
+	if got := volumeTableIndex(t, e); got != idx {
+		t.Fatalf("volumes index after refused registrations exp: %d got: %d", idx, got)
+	}
+	if _, _, err := e.api.Volume(ctx(), "fresh", structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("volume of a refused batch exp: not_found got: %v", err)
+	}
+	if c, n := expands(); c != 1 || n != 1 {
+		t.Fatalf("expansion calls after refusals exp: 1, 1 got: %d, %d", c, n)
+	}
+
+	// Create again with a larger capacity_min: grown the same way, no
+	// second CreateVolume; one asking for less than recorded is refused.
+	more := createSpec("grow")
+	more.CapacityMin = 5 << 20
+	res, err := e.api.Create(ctx(), more)
+	if err != nil {
+		t.Fatalf("repeated create with a larger capacity_min exp: no error got: %v", err)
+	}
+	if res.Expanded == nil || res.Expanded.Previous != 3<<20 || res.Expanded.Capacity != 5<<20 ||
+		strings.Join(res.Expanded.NodesExpanded, ",") != w1 || res.Volume.Capacity != 5<<20 {
+		t.Fatalf("repeated create exp: grown from %d to %d, %s expanded got: %+v %+v", 3<<20, 5<<20, w1, res.Expanded, res.Volume)
+	}
+	if c, n := expands(); c != 2 || n != 2 {
+		t.Fatalf("expansion calls after the create exp: 2, 2 got: %d, %d", c, n)
+	}
+	if n := countMethod(e.controller.Audit(), "CreateVolume"); n != 1 {
+		t.Fatalf("CreateVolume calls exp: 1 got: %d", n)
+	}
+	expectNodeExpansion(t, e, "grow", 5<<20)
+	less := createSpec("grow")
+	less.CapacityMax = 4 << 20
+	if _, err := e.api.Create(ctx(), less); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capacity_max") {
+		t.Fatalf("create with capacity_max below the recorded size exp: conflict naming capacity_max got: %v", err)
+	}
+
+	// The CLI: a register file asking for more while w1's node plugin
+	// fails its expansion: grown and recorded, w1 pending, exit 2 with the
+	// command that finishes it; that command then exits 0.
+	pki := e.c.PKI()
+	flags := []string{"-address", e.c.Followers()[1].Addr, "-ca-cert", pki.CAFile,
+		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
+		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	file := filepath.Join(t.TempDir(), "grow.json")
+	b, err := json.Marshal(spec(6<<20, "fast"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The spec file holds the real secret (a Secrets value marshals
+	// redacted).
+	b = []byte(strings.Replace(string(b), `"<redacted>"`, `"s3cret"`, 1))
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeExpandVolume": 1},
+		FailMessage: map[string]string{"NodeExpandVolume": "resize2fs busy"}})
+	r := harness.RunCLI(t, append(append([]string{"volume", "register"}, flags...), file)...)
+	if r.Code != 2 || !strings.Contains(r.Stdout, `Volume "grow" expanded to 6291456 bytes`) || !strings.Contains(r.Stdout, "resize2fs busy") ||
+		!strings.Contains(r.Stderr, "claimd volume expand grow -capacity 6291456") {
+		t.Fatalf("register with a pending node exp: exit 2, grown, w1 pending got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if v := recorded(); v.Capacity != 6<<20 {
+		t.Fatalf("recorded capacity exp: %d got: %d", 6<<20, v.Capacity)
+	}
+	r = harness.RunCLI(t, append(append([]string{"volume", "expand"}, flags...), "grow", "-capacity", "6291456")...)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "nodes expanded: "+w1) {
+		t.Fatalf("expand after the pending node exp: exit 0, %s expanded got: %d %q %s", w1, r.Code, r.Stdout, r.Stderr)
+	}
+	expectNodeExpansion(t, e, "grow", 6<<20)
+}

@@ -391,6 +391,16 @@ type VolumeRegisterRequest struct {
 	WriteRequest
 }
 
+// VolumeRegisterResponse is a registration's index and the volumes it
+// grew: a volume already registered (same plugin and external ID) whose
+// spec asks for more capacity than recorded is expanded as `volume expand`
+// does. Index is the last entry written (the registration, or the last
+// capacity entry).
+type VolumeRegisterResponse struct {
+	Expanded []*VolumeExpansion
+	WriteMeta
+}
+
 // VolumeDeregisterRequest removes volumes.
 type VolumeDeregisterRequest struct {
 	VolumeIDs []string

@@ -122,8 +122,11 @@ type VolumeCreateRequest struct {
 }
 
 // VolumeCreateResponse carries the registered volume (secrets redacted).
+// A repeated create whose capacity_min is more than the volume has grows
+// it as `volume expand` does; Expanded says how far that got.
 type VolumeCreateResponse struct {
-	Volume *Volume
+	Volume   *Volume
+	Expanded *VolumeExpansion
 	WriteMeta
 }
 

@@ -23,17 +23,27 @@ func (r *VolumeExpandRequest) Validate() error {
 	return nil
 }
 
-// VolumeExpandResponse says how far the expansion got. The capacity is
-// recorded once the controller grew the volume; NodesExpanded lists the
+// VolumeExpandResponse says how far the expansion got, with the volume as
+// recorded afterwards.
+type VolumeExpandResponse struct {
+	Volume *Volume
+	VolumeExpansion
+	WriteMeta
+}
+
+// VolumeExpansion is how far growing one volume got, by `volume expand` or
+// by a register or create asking for more than is recorded. The capacity
+// is recorded once the controller grew the volume; NodesExpanded lists the
 // nodes that grew their view of it, and NodesPending those that still must
 // (down, or their plugin failed), with the reason: run the expand again
 // once they are back (every step is idempotent).
-type VolumeExpandResponse struct {
-	Volume        *Volume
+type VolumeExpansion struct {
+	VolumeID string
+	// Previous is the size recorded before, Capacity the size now.
+	Previous      int64
 	Capacity      int64
 	NodesExpanded []string
 	NodesPending  map[string]string
-	WriteMeta
 }
 
 // VolumeCapacityRequest is the log entry that records a grown volume's

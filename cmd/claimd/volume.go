@@ -75,14 +75,16 @@ func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "%v", err)
 	}
 	defer done()
-	idx, err := c.RegisterVolumes(ctx, vols...)
+	out, err := c.Register(ctx, vols...)
 	if err != nil {
 		return fail(stderr, "register: %v", err)
 	}
 	for _, v := range vols {
-		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, idx)
+		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, out.Index)
 	}
-	return 0
+	// A larger capacity than recorded grew the volume: said as `volume
+	// expand` says it, exit 2 with nodes pending.
+	return reportExpansions(stdout, stderr, out.Index, out.Expanded...)
 }
 
 func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {

@@ -43,12 +43,15 @@ func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "%v", err)
 	}
 	defer done()
-	vol, idx, err := c.CreateVolume(ctx, spec)
+	out, err := c.Create(ctx, spec)
 	if err != nil {
 		return fail(stderr, "create: %v", err)
 	}
+	if out.Expanded != nil {
+		return reportExpansions(stdout, stderr, out.Index, out.Expanded)
+	}
 	fmt.Fprintf(stdout, "Volume %q created: external ID %q, capacity %d bytes (index %d)\n",
-		vol.ID, vol.ExternalID, vol.Capacity, idx)
+		out.Volume.ID, out.Volume.ExternalID, out.Volume.Capacity, out.Index)
 	return 0
 }
 

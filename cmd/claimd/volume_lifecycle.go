@@ -178,7 +178,8 @@ func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
 
 // runVolumeExpand exits 0 only when every node finished: with nodes
 // pending the capacity is grown and recorded, the command says which
-// nodes still must expand, and exits 2 so scripts notice.
+// nodes still must expand, and exits 2 so scripts notice
+// (reportExpansions).
 func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
 	var cf cliFlags
 	fs := newFlagSet("volume expand", stderr)
@@ -204,14 +205,25 @@ func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "expand: %v", err)
 	}
-	fmt.Fprintf(stdout, "Volume %q expanded to %d bytes (index %d); nodes expanded: %s\n",
-		pos[0], out.Capacity, out.Index, orDash(strings.Join(out.NodesExpanded, ", ")))
-	for _, n := range structs.SortedKeys(out.NodesPending) {
-		fmt.Fprintf(stdout, "Node %s: expansion pending: %s\n", n, out.NodesPending[n])
+	return reportExpansions(stdout, stderr, out.Index, &out.VolumeExpansion)
+}
+
+// reportExpansions prints what growing volumes did (`volume expand`, or a
+// register or create that grew them) and returns the exit code: 2 when a
+// node still must expand, with the command that finishes it, else 0.
+func reportExpansions(stdout, stderr io.Writer, index uint64, grown ...*structs.VolumeExpansion) int {
+	code := 0
+	for _, x := range grown {
+		fmt.Fprintf(stdout, "Volume %q expanded to %d bytes (index %d); nodes expanded: %s\n",
+			x.VolumeID, x.Capacity, index, orDash(strings.Join(x.NodesExpanded, ", ")))
+		for _, n := range structs.SortedKeys(x.NodesPending) {
+			fmt.Fprintf(stdout, "Node %s: expansion pending: %s\n", n, x.NodesPending[n])
+		}
+		if len(x.NodesPending) > 0 {
+			fmt.Fprintf(stderr, "Error: expansion of volume %q pending on %d node(s); run `claimd volume expand %s -capacity %d` once they are back\n",
+				x.VolumeID, len(x.NodesPending), x.VolumeID, x.Capacity)
+			code = 2
+		}
 	}
-	if len(out.NodesPending) > 0 {
-		fmt.Fprintf(stderr, "Error: expansion pending on %d node(s); run `claimd volume expand` again once they are back\n", len(out.NodesPending))
-		return 2
-	}
-	return 0
+	return code
 }
