@@ -434,7 +434,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // Takeover). It needs the leader's PID: only servers on this machine.
 func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 	tk := &Takeover{}
-	old := s.res.Leader
+	// The leader now: leadership may have moved since the idle window
+	// (a snapshot restore on a loaded machine, say).
+	old, err := s.c.leader(ctx)
+	if err != nil {
+		tk.Error = err.Error()
+		return tk
+	}
+	if old != s.res.Leader {
+		fmt.Fprintf(s.cfg.Progress, "takeover: the leader moved from %s to %s since the idle window\n", s.res.Leader, old)
+	}
 	tk.Killed = old
 	pid := 0
 	if s.c.cpu != nil {
