@@ -77,7 +77,7 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Vo
 		}
 	}
 	_, index, err := v.srv.Apply(structs.VolumeRegisterRequestType, args)
-	reply.Index = index
+	reply.Index, reply.RegisterIndex = index, index
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Vo
 		}
 		if err != nil {
 			return structs.Wrap(err, fmt.Sprintf("registered at index %d and grew %d of %d volumes; growing %q failed (register again to retry)",
-				reply.Index, i, len(grows), ids[i]))
+				reply.RegisterIndex, i, len(grows), ids[i]))
 		}
 		reply.Expanded = append(reply.Expanded, &grown)
 		reply.Index = index

@@ -125,7 +125,7 @@ func (v *Volume) run(x *expansion, out *structs.VolumeExpansion) (uint64, error)
 	if err != nil {
 		return 0, structs.Wrap(err, fmt.Sprintf("plugin %q grew volume %q to %d bytes, but recording the size failed", vol.PluginID, vol.ID, capacity))
 	}
-	*out = structs.VolumeExpansion{VolumeID: vol.ID, Previous: vol.Capacity, Capacity: capacity}
+	*out = structs.VolumeExpansion{VolumeID: vol.ID, Previous: vol.Capacity, Capacity: capacity, CapacityIndex: index}
 	if nodesNeeded && x.onNodes {
 		out.NodesExpanded, out.NodesPending = v.expandOnNodes(vol, capacity, x.limit)
 	}

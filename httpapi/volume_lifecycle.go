@@ -56,11 +56,12 @@ type expansionResult struct {
 	Capacity      int64             `json:"capacity"`
 	NodesExpanded []string          `json:"nodes_expanded"`
 	NodesPending  map[string]string `json:"nodes_pending,omitempty"`
+	CapacityIndex uint64            `json:"capacity_index"`
 }
 
 func newExpansionResult(x *structs.VolumeExpansion) expansionResult {
 	return expansionResult{VolumeID: x.VolumeID, Previous: x.Previous, Capacity: x.Capacity,
-		NodesExpanded: orEmpty(x.NodesExpanded), NodesPending: x.NodesPending}
+		NodesExpanded: orEmpty(x.NodesExpanded), NodesPending: x.NodesPending, CapacityIndex: x.CapacityIndex}
 }
 
 // expandResult is the body of an expansion, with the volume as recorded

@@ -78,11 +78,13 @@ func (s *Server) volumeRegister(w http.ResponseWriter, r *http.Request) (any, er
 }
 
 // registerResult is a volume registration's answer: Expanded lists the
-// registered volumes it grew (a spec asking for more than recorded).
+// registered volumes it grew (a spec asking for more than recorded), and
+// Index is then the last capacity entry's.
 type registerResult struct {
-	Index    uint64            `json:"index"`
-	Volumes  []string          `json:"volumes"`
-	Expanded []expansionResult `json:"expanded,omitempty"`
+	Index         uint64            `json:"index"`
+	RegisterIndex uint64            `json:"register_index"`
+	Volumes       []string          `json:"volumes"`
+	Expanded      []expansionResult `json:"expanded,omitempty"`
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, vols []*structs.Volume) (any, error) {
@@ -91,7 +93,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, vols []*struct
 		return nil, err
 	}
 	setWriteIndex(w, out.Index)
-	res := registerResult{Index: out.Index, Volumes: []string{}}
+	res := registerResult{Index: out.Index, RegisterIndex: out.RegisterIndex, Volumes: []string{}}
 	for _, v := range vols {
 		res.Volumes = append(res.Volumes, v.ID)
 	}

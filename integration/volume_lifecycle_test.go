@@ -486,7 +486,8 @@ func TestVolumeLifecycle_RefusedWithoutCapability(t *testing.T) {
 // staged), and so does repeating a create with a larger capacity_min.
 // A smaller size is refused naming the field with nothing changed (in a
 // batch too); a first registration, or one without a size, calls no
-// plugin; growing needs what expand needs (volume:create). The CLI exits 2
+// plugin; growing needs what expand needs (volume:create). A growth that
+// fails at the plugin is retried by registering again. The CLI exits 2
 // while a node is pending. On the secured three-server cluster with the
 // plugin as controller on one agent and as node plugin on another.
 func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
@@ -554,8 +555,10 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 		t.Fatalf("expansion calls exp: 1 ControllerExpandVolume, 1 NodeExpandVolume got: %d, %d", c, n)
 	}
 	expectNodeExpansion(t, e, "grow", 3<<20)
-	if v := recorded(); v.Capacity != 3<<20 || v.Parameters["tier"] != "slow" || v.ModifyIndex != out.Index {
-		t.Fatalf("recorded volume exp: capacity %d, tier slow, at index %d got: %+v", 3<<20, out.Index, v)
+	if v := recorded(); v.Capacity != 3<<20 || v.Parameters["tier"] != "slow" || v.ModifyIndex != out.Index ||
+		out.Expanded[0].CapacityIndex != out.Index || out.RegisterIndex == 0 || out.RegisterIndex >= out.Index {
+		t.Fatalf("recorded volume exp: capacity %d, tier slow, at the capacity entry's index %d after the registration's %d got: %+v",
+			3<<20, out.Index, out.RegisterIndex, v)
 	}
 	if again, err := e.api.Register(ctx(), spec(3<<20, "slow")); err != nil || len(again.Expanded) != 0 {
 		t.Fatalf("repeated re-register exp: nothing grown got: %+v (%v)", again, err)
@@ -621,6 +624,30 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 		t.Fatalf("create with capacity_max below the recorded size exp: conflict naming capacity_max got: %v", err)
 	}
 
+	// A batch whose first growth fails at the plugin: the registration is
+	// written, nothing is grown, the error says so; registering the same
+	// batch again grows both.
+	if _, _, err := e.api.CreateVolume(ctx(), createSpec("grow2")); err != nil {
+		t.Fatal(err)
+	}
+	second := spec(2<<20, "slow")
+	second.ID, second.Name, second.ExternalID, second.Context = "grow2", "created grow2", "grow2", nil
+	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerExpandVolume": 1},
+		FailMessage: map[string]string{"ControllerExpandVolume": "array busy"}})
+	batch := []*structs.Volume{spec(6<<20, "batch"), second}
+	if _, err := e.api.Register(ctx(), batch...); err == nil || !strings.Contains(err.Error(), "array busy") ||
+		!strings.Contains(err.Error(), `grew 0 of 2 volumes; growing "grow" failed`) {
+		t.Fatalf("batch with a failing growth exp: the plugin's reason, nothing grown got: %v", err)
+	}
+	if v := recorded(); v.Capacity != 5<<20 || v.Parameters["tier"] != "batch" {
+		t.Fatalf("volume after the failed growth exp: registered (tier batch), capacity %d got: %+v", 5<<20, v)
+	}
+	out, err = e.api.Register(ctx(), batch...)
+	if err != nil || len(out.Expanded) != 2 || out.Expanded[0].Capacity != 6<<20 || out.Expanded[1].VolumeID != "grow2" ||
+		out.Expanded[1].Capacity != 2<<20 || len(out.Expanded[1].NodesExpanded) != 0 {
+		t.Fatalf("batch registered again exp: grow to %d, grow2 to %d (no node) got: %+v (%v)", 6<<20, 2<<20, out.Expanded, err)
+	}
+
 	// The CLI: a register file asking for more while w1's node plugin
 	// fails its expansion: grown and recorded, w1 pending, exit 2 with the
 	// command that finishes it; that command then exits 0.
@@ -629,7 +656,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
 		"-token", e.c.ManagementToken(), "-timeout", "60s"}
 	file := filepath.Join(t.TempDir(), "grow.json")
-	b, err := json.Marshal(spec(6<<20, "fast"))
+	b, err := json.Marshal(spec(7<<20, "fast"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,16 +669,16 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeExpandVolume": 1},
 		FailMessage: map[string]string{"NodeExpandVolume": "resize2fs busy"}})
 	r := harness.RunCLI(t, append(append([]string{"volume", "register"}, flags...), file)...)
-	if r.Code != 2 || !strings.Contains(r.Stdout, `Volume "grow" expanded to 6291456 bytes`) || !strings.Contains(r.Stdout, "resize2fs busy") ||
-		!strings.Contains(r.Stderr, "claimd volume expand grow -capacity 6291456") {
+	if r.Code != 2 || !strings.Contains(r.Stdout, `Volume "grow" registered (index `) || !strings.Contains(r.Stdout, `Volume "grow" expanded to 7340032 bytes`) || !strings.Contains(r.Stdout, "resize2fs busy") ||
+		!strings.Contains(r.Stderr, "claimd volume expand grow -capacity 7340032") {
 		t.Fatalf("register with a pending node exp: exit 2, grown, w1 pending got: %d %q %s", r.Code, r.Stdout, r.Stderr)
 	}
-	if v := recorded(); v.Capacity != 6<<20 {
-		t.Fatalf("recorded capacity exp: %d got: %d", 6<<20, v.Capacity)
+	if v := recorded(); v.Capacity != 7<<20 {
+		t.Fatalf("recorded capacity exp: %d got: %d", 7<<20, v.Capacity)
 	}
-	r = harness.RunCLI(t, append(append([]string{"volume", "expand"}, flags...), "grow", "-capacity", "6291456")...)
+	r = harness.RunCLI(t, append(append([]string{"volume", "expand"}, flags...), "grow", "-capacity", "7MiB")...)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "nodes expanded: "+w1) {
 		t.Fatalf("expand after the pending node exp: exit 0, %s expanded got: %d %q %s", w1, r.Code, r.Stdout, r.Stderr)
 	}
-	expectNodeExpansion(t, e, "grow", 6<<20)
+	expectNodeExpansion(t, e, "grow", 7<<20)
 }

@@ -395,9 +395,11 @@ type VolumeRegisterRequest struct {
 // grew: a volume already registered (same plugin and external ID) whose
 // spec asks for more capacity than recorded is expanded as `volume expand`
 // does. Index is the last entry written (the registration, or the last
-// capacity entry).
+// capacity entry), for reads that must see it all; RegisterIndex is the
+// registration's.
 type VolumeRegisterResponse struct {
-	Expanded []*VolumeExpansion
+	RegisterIndex uint64
+	Expanded      []*VolumeExpansion
 	WriteMeta
 }
 

@@ -39,9 +39,11 @@ type VolumeExpandResponse struct {
 // once they are back (every step is idempotent).
 type VolumeExpansion struct {
 	VolumeID string
-	// Previous is the size recorded before, Capacity the size now.
+	// Previous is the size recorded before, Capacity the size now, and
+	// CapacityIndex the index of the entry that recorded it.
 	Previous      int64
 	Capacity      int64
+	CapacityIndex uint64
 	NodesExpanded []string
 	NodesPending  map[string]string
 }

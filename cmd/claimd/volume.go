@@ -80,11 +80,11 @@ func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "register: %v", err)
 	}
 	for _, v := range vols {
-		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, out.Index)
+		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, out.RegisterIndex)
 	}
 	// A larger capacity than recorded grew the volume: said as `volume
 	// expand` says it, exit 2 with nodes pending.
-	return reportExpansions(stdout, stderr, out.Index, out.Expanded...)
+	return reportExpansions(stdout, stderr, out.Expanded...)
 }
 
 func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {

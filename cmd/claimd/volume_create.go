@@ -48,7 +48,7 @@ func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "create: %v", err)
 	}
 	if out.Expanded != nil {
-		return reportExpansions(stdout, stderr, out.Index, out.Expanded)
+		return reportExpansions(stdout, stderr, out.Expanded)
 	}
 	fmt.Fprintf(stdout, "Volume %q created: external ID %q, capacity %d bytes (index %d)\n",
 		out.Volume.ID, out.Volume.ExternalID, out.Volume.Capacity, out.Index)

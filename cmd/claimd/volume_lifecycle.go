@@ -205,17 +205,17 @@ func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "expand: %v", err)
 	}
-	return reportExpansions(stdout, stderr, out.Index, &out.VolumeExpansion)
+	return reportExpansions(stdout, stderr, &out.VolumeExpansion)
 }
 
 // reportExpansions prints what growing volumes did (`volume expand`, or a
 // register or create that grew them) and returns the exit code: 2 when a
 // node still must expand, with the command that finishes it, else 0.
-func reportExpansions(stdout, stderr io.Writer, index uint64, grown ...*structs.VolumeExpansion) int {
+func reportExpansions(stdout, stderr io.Writer, grown ...*structs.VolumeExpansion) int {
 	code := 0
 	for _, x := range grown {
 		fmt.Fprintf(stdout, "Volume %q expanded to %d bytes (index %d); nodes expanded: %s\n",
-			x.VolumeID, x.Capacity, index, orDash(strings.Join(x.NodesExpanded, ", ")))
+			x.VolumeID, x.Capacity, x.CapacityIndex, orDash(strings.Join(x.NodesExpanded, ", ")))
 		for _, n := range structs.SortedKeys(x.NodesPending) {
 			fmt.Fprintf(stdout, "Node %s: expansion pending: %s\n", n, x.NodesPending[n])
 		}
