@@ -35,6 +35,15 @@
 #   ETCD_BENCHMARK_VERSION=v3.5.17   etcd's tools/benchmark (a 3.5 client
 #                   speaks the v3 API of Debian's 3.4 server)
 #   ETCD_BENCHMARK=path   use this benchmark binary instead of building it
+#   SECURE=0       1: each round also runs both systems secured at
+#                  SECURE_CALLERS (64) callers to the leader (rows
+#                  "leader/tls+auth"): claimd with mutual TLS and ACLs (the
+#                  management token from `claimd acl bootstrap`, the
+#                  callers' node secret checked on every claim), etcd with
+#                  client and peer TLS (certificates from `claimd tls`),
+#                  client certificates required and auth enabled (the
+#                  benchmark authenticates as its certificate's CN, a user
+#                  with a read-write role on every key)
 #   OUT=docs/performance.md   (OUT=/dev/null: print only)
 #   KEEP_TMP=1      keep the temporary directory (logs, raw results)
 set -euo pipefail
@@ -50,6 +59,8 @@ KEY_SIZE=${KEY_SIZE:-32}
 VALUE_SIZE=${VALUE_SIZE:-256}
 ETCD_BENCHMARK_VERSION=${ETCD_BENCHMARK_VERSION:-v3.5.17}
 OUT=${OUT:-docs/performance.md}
+SECURE=${SECURE:-0}
+SECURE_CALLERS=${SECURE_CALLERS:-64}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/claimd-vs-etcd.XXXXXX")
 LOG_NAME=bench-vs-etcd.sh
@@ -82,6 +93,10 @@ if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null
 fi
+if [[ "$SECURE" == 1 ]] && ! command -v openssl >/dev/null; then
+	log "installing openssl (reads the client certificate's CN for etcd's auth)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 if pgrep -x etcd >/dev/null; then
 	log "warning: an etcd not started by this script is running (pids $(pgrep -x etcd | tr '\n' ' ')): it shares the machine"
 fi
@@ -112,16 +127,31 @@ fi
 LOAD_START=$(loadavg)
 build_claimd
 machine_facts
+ETCDCTL_TLS=() BENCH_TLS=()
+if [[ "$SECURE" == 1 ]]; then
+	make_pki
+	ETCDCTL_TLS=(--cacert "$CA_FILE" --cert "$CLIENT_CERT" --key "$CLIENT_KEY")
+	BENCH_TLS=(--cacert "$CA_FILE" --cert "$CLIENT_CERT" --key "$CLIENT_KEY")
+fi
 
-# start_etcd DIR: three members on loopback, default settings, data under
-# DIR; sets ETCD_PIDS and ETCD_ENDPOINTS (client URLs).
+# start_etcd DIR [secure]: three members on loopback, default settings,
+# data under DIR; sets ETCD_PIDS and ETCD_ENDPOINTS (client URLs). With
+# "secure": client and peer TLS, client certificates required, and auth
+# enabled for the client certificate's CN (etcd_auth).
 start_etcd() {
-	local dir=$1
+	local dir=$1 secure=${2:-}
 	free_ports 6
-	local peers=() clients=() cluster=()
+	local peers=() clients=() cluster=() scheme=http tls=()
+	CTL_TLS=()
+	if [[ -n "$secure" ]]; then
+		scheme=https
+		CTL_TLS=("${ETCDCTL_TLS[@]}")
+		tls=(--cert-file "$SERVER_CERT" --key-file "$SERVER_KEY" --trusted-ca-file "$CA_FILE" --client-cert-auth
+			--peer-cert-file "$SERVER_CERT" --peer-key-file "$SERVER_KEY" --peer-trusted-ca-file "$CA_FILE" --peer-client-cert-auth)
+	fi
 	for i in 0 1 2; do
-		clients+=("http://127.0.0.1:${PORTS[$i]}")
-		peers+=("http://127.0.0.1:${PORTS[$((i + 3))]}")
+		clients+=("$scheme://127.0.0.1:${PORTS[$i]}")
+		peers+=("$scheme://127.0.0.1:${PORTS[$((i + 3))]}")
 		cluster+=("e$((i + 1))=${peers[$i]}")
 	done
 	local initial
@@ -134,12 +164,37 @@ start_etcd() {
 			--listen-client-urls "${clients[$i]}" --advertise-client-urls "${clients[$i]}" \
 			--listen-peer-urls "${peers[$i]}" --initial-advertise-peer-urls "${peers[$i]}" \
 			--initial-cluster "$initial" --initial-cluster-state new \
-			--initial-cluster-token "claimd-vs-etcd-$RUN" >"$dir/e$((i + 1)).log" 2>&1 &
+			--initial-cluster-token "claimd-vs-etcd-$RUN" "${tls[@]}" >"$dir/e$((i + 1)).log" 2>&1 &
 		ETCD_PIDS+=($!)
 	done
 	local eps
 	eps=$(IFS=,; echo "${clients[*]}")
-	wait_until "etcd not healthy" "$dir/e*.log" etcdctl --endpoints "$eps" --command-timeout 2s endpoint health
+	wait_until "etcd not healthy" "$dir/e*.log" etcdctl "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 2s endpoint health
+	if [[ -n "$secure" ]]; then etcd_auth "$eps" "$dir"; fi
+}
+
+# etcd_auth ENDPOINTS DIR: etcd's counterpart of claimd's ACLs: a root user
+# (a random password, given on stdin, never on a command line), a user
+# named after the client certificate's CN with a read-write role on every
+# key, then auth enabled: the benchmark's requests are then authorised as
+# that user, by its certificate.
+etcd_auth() {
+	local eps=$1 dir=$2 cn
+	cn=$(openssl x509 -in "$CLIENT_CERT" -noout -subject -nameopt multiline | awk -F'= ' '/commonName/ { print $2 }')
+	local ctl=(etcdctl "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 5s)
+	{
+		head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | "${ctl[@]}" user add root --interactive=false &&
+			"${ctl[@]}" user grant-role root root &&
+			"${ctl[@]}" user add "$cn" --no-password &&
+			"${ctl[@]}" role add bench &&
+			"${ctl[@]}" role grant-permission bench readwrite --from-key "" &&
+			"${ctl[@]}" user grant-role "$cn" bench &&
+			"${ctl[@]}" auth enable
+	} >"$dir/auth.log" 2>&1 || {
+		log "enabling etcd auth failed:"
+		tail -n 5 "$dir/auth.log" >&2
+		exit 1
+	}
 }
 
 # etcd_target TARGET: the client URL of the leader or of a follower.
@@ -149,7 +204,7 @@ etcd_target() {
 	local eps
 	eps=$(IFS=,; echo "${ETCD_ENDPOINTS[*]}")
 	# Simple output: endpoint, ID, version, db size, is leader, ...
-	etcdctl --endpoints "$eps" endpoint status | awk -F', ' -v want="$want" '$5 == want { print $1; exit }'
+	etcdctl "${CTL_TLS[@]}" --endpoints "$eps" endpoint status | awk -F', ' -v want="$want" '$5 == want { print $1; exit }'
 }
 
 # etcd_cpu_ticks: user+system ticks used so far by the etcd members.
@@ -166,7 +221,7 @@ etcd_cpu_ticks() {
 # their own sessions), distinct sequential keys.
 etcd_put() {
 	local callers=$1 ep=$2 total=$3 out=$4
-	"$ETCD_BENCHMARK" --endpoints "$ep" --clients "$callers" --conns "$callers" --precise put \
+	"$ETCD_BENCHMARK" "${RUN_TLS[@]}" --endpoints "$ep" --clients "$callers" --conns "$callers" --precise put \
 		--total "$total" --key-size "$KEY_SIZE" --val-size "$VALUE_SIZE" \
 		--sequential-keys --key-space-size $((total * 4 + 1000000)) >"$out" 2>&1
 }
@@ -186,15 +241,20 @@ RESULTS="$TMP/results.tsv" # system target callers ops/s p50_ms p99_ms seconds c
 : >"$RESULTS"
 FAILED=0
 
-# etcd_run TARGET CALLERS: a fresh etcd cluster, a warmup of WARMUP, then
-# a measured run sized to last DURATION. etcd's tool runs a fixed number
-# of puts, not a time: the warmup's rate sizes the measured run, and the
-# row shows the seconds it actually took.
+# etcd_run TARGET CALLERS [secure]: a fresh etcd cluster, a warmup of
+# WARMUP, then a measured run sized to last DURATION. etcd's tool runs a
+# fixed number of puts, not a time: the warmup's rate sizes the measured
+# run, and the row shows the seconds it actually took.
 etcd_run() {
-	local target=$1 callers=$2
+	local target=$1 callers=$2 secure=${3:-} label=$1
 	new_run_dir
 	local dir=$RUN_DIR
-	start_etcd "$dir"
+	RUN_TLS=()
+	if [[ -n "$secure" ]]; then
+		RUN_TLS=("${BENCH_TLS[@]}")
+		label="$target/tls+auth"
+	fi
+	start_etcd "$dir" "$secure"
 	local ep
 	ep=$(etcd_target "$target")
 	if [[ -z "$ep" ]]; then
@@ -204,7 +264,7 @@ etcd_run() {
 		ETCD_PIDS=()
 		return
 	fi
-	log "etcd benchmark put: target $target ($ep), $callers callers, $WARMUP warmup + $DURATION"
+	log "etcd benchmark put: target $label ($ep), $callers callers, $WARMUP warmup + $DURATION"
 	# Warmup: puts until WARMUP has passed (at least one batch per caller).
 	local t0 warm=$((callers * 20)) rate=0
 	t0=$(date +%s.%N)
@@ -230,7 +290,7 @@ etcd_run() {
 		read -r rps secs p50 p99 <<<"$sum"
 		local cpu
 		cpu=$(awk -v t=$((c1 - c0)) -v hz="$hz" -v n="$total" 'BEGIN { printf "%.3f", 1000 * t / hz / n }')
-		echo "etcd $target $callers $rps $p50 $p99 $secs $cpu" >>"$RESULTS"
+		echo "etcd $label $callers $rps $p50 $p99 $secs $cpu" >>"$RESULTS"
 		log "  etcd: $rps puts/s, p50 $p50 ms, p99 $p99 ms over $secs s; members' CPU $cpu ms per put"
 	else
 		log "no summary in the benchmark's output (see $dir/put.txt)"
@@ -245,14 +305,23 @@ etcd_run() {
 # bench's JSON: "latency" comes before the claim/release split).
 json_field() { grep -o "\"$2\":[0-9.e+-]*" "$1" | head -n 1 | cut -d: -f2; }
 
-# claimd_run TARGET CALLERS: a fresh claimd cluster and one claimd bench run.
+# claimd_run TARGET CALLERS [secure]: a fresh claimd cluster and one
+# claimd bench run (secure: mutual TLS and ACLs, as scripts/bench.sh
+# SECURE=both runs them).
 claimd_run() {
-	local target=$1 callers=$2
+	local target=$1 callers=$2 secure=${3:-} label=$1
 	new_run_dir
 	local dir=$RUN_DIR
-	start_cluster "$dir"
-	log "claimd bench: target $target, $callers callers, $WARMUP warmup + $DURATION"
-	if ! "$CLAIMD" bench -address "$JOIN" -json -keep -mode claim -target "$target" -callers "$callers" \
+	local tls=()
+	TOKEN=
+	start_cluster "$dir" "$secure"
+	if [[ -n "$secure" ]]; then
+		tls=(-ca-cert "$CA_FILE" -client-cert "$CLIENT_CERT" -client-key "$CLIENT_KEY")
+		label="$target/tls+auth"
+	fi
+	log "claimd bench: target $label, $callers callers, $WARMUP warmup + $DURATION"
+	# The token goes by the environment (ps shows arguments to every user).
+	if ! CLAIMD_TOKEN="${TOKEN:-}" "$CLAIMD" bench -address "$JOIN" "${tls[@]}" -json -keep -mode claim -target "$target" -callers "$callers" \
 		-volumes "$VOLUMES" -duration "$DURATION" -warmup "$WARMUP" -drain-timeout 0 \
 		>"$dir/result.json" 2>"$dir/bench.err"; then
 		log "claimd bench failed or saw errors:"
@@ -268,7 +337,7 @@ claimd_run() {
 	if [[ -n "$ops" ]]; then
 		# Per claim call: a cycle is two calls (a claim and its release).
 		cpu=$(awk -v c="${cpu:-0}" 'BEGIN { if (c > 0) printf "%.3f", c / 2; else print "n/a" }')
-		echo "claimd $target $callers $ops $p50 $p99 $secs $cpu" >>"$RESULTS"
+		echo "claimd $label $callers $ops $p50 $p99 $secs $cpu" >>"$RESULTS"
 		log "  claimd: $ops claim calls/s, p50 $p50 ms, p99 $p99 ms over $secs s; servers' CPU $cpu ms per claim call"
 	else
 		log "no result from claimd bench (see $dir/bench.err)"
@@ -285,6 +354,7 @@ system_round() {
 	for c in "${CALLER_LIST[@]}"; do
 		for t in "${TARGET_LIST[@]}"; do "${system}_run" "$t" "$c"; done
 	done
+	if [[ "$SECURE" == 1 ]]; then "${system}_run" leader "$SECURE_CALLERS" secure; fi
 }
 for ((round = 1; round <= REPEAT; round++)); do
 	log "round $round of $REPEAT"
@@ -385,10 +455,17 @@ SECTION="$TMP/section.md"
 	echo "(/proc/PID/stat) per put, and per claim call (half a claim cycle; measured"
 	echo "by \`claimd bench\`). Each row is the median run by throughput with that run's"
 	echo "latency; the last column gives the number of runs and their range."
+	if [[ "$SECURE" == 1 ]]; then
+		echo "Rows \"leader/tls+auth\": both systems secured ($SECURE_CALLERS callers to the leader):"
+		echo "claimd with mutual TLS and ACLs (the callers' node secret checked on every"
+		echo "claim), etcd with client and peer TLS, client certificates required and auth"
+		echo "enabled (the benchmark's user is its certificate's CN, with a read-write"
+		echo "role)."
+	fi
 	echo
 	echo "- machine: $(nproc) cores ($CPU), $MEM memory, Linux $(uname -r)"
 	echo "- commit: $COMMIT, $(date -u +%Y-%m-%d)"
-	echo "- command: \`DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS TARGETS=$TARGETS REPEAT=$REPEAT VOLUMES=$VOLUMES scripts/bench-vs-etcd.sh\`"
+	echo "- command: \`DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS TARGETS=$TARGETS REPEAT=$REPEAT VOLUMES=$VOLUMES SECURE=$SECURE scripts/bench-vs-etcd.sh\`"
 	echo "- load average (1, 5, 15 min) at the start: $LOAD_START; at the end: $LOAD_END"
 	echo
 	echo "$TABLE"
