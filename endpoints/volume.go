@@ -89,6 +89,10 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Vo
 		if err == nil && vol == nil {
 			err = structs.NotFound("volume", ids[i])
 		}
+		if err == nil && vol.Capacity > g.capacity {
+			// Another expansion got there first: nothing left to grow.
+			continue
+		}
 		var grown structs.VolumeExpansion
 		if err == nil {
 			index, err = v.grow(vol, g, &grown)
