@@ -623,6 +623,10 @@ func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 	}()
 	wg.Wait()
 	tk.NodesSeenDown = len(down)
+	// The nodes stop heartbeating when the tool exits, and the servers then
+	// mark them down: a script counting the servers' "marking it down" log
+	// lines counts up to this line.
+	fmt.Fprintf(s.cfg.Progress, "takeover: watched for %s; nodes seen down: %d\n", watch, len(down))
 	// Every node has had a beat sent after the kill accepted, and a node
 	// has one beat in flight at a time: every beat held through the
 	// election has been answered.
