@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -83,7 +82,7 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		var err error
 		if addr != "" {
 			err = f.send(addr, method, info, args, reply)
-			if err == nil || !retryable(err) {
+			if err == nil || !retryable(method, err) {
 				return true, err
 			}
 		} else {
@@ -98,6 +97,12 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		case <-deadline.C:
 			pause.Stop()
 			if errors.Is(err, structs.ErrNoLeader) {
+				return true, err
+			}
+			if !notApplied(err) {
+				// An idempotent write whose last try's outcome is
+				// unknown: say so, not "no leader" (which promises
+				// that nothing was applied).
 				return true, err
 			}
 			return true, structs.NewError(structs.CodeNoLeader, "no reachable leader: "+err.Error())
@@ -122,9 +127,4 @@ func (f *Forwarder) send(addr, method string, info structs.RPCInfo, args, reply 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return f.pool.RPC(ctx, addr, method, args, reply)
-}
-
-// retryable: the request was certainly not applied, so it may be sent again.
-func retryable(err error) bool {
-	return errors.Is(err, structs.ErrNoLeader) || errors.Is(err, rpc.ErrNotSent)
 }

@@ -146,11 +146,15 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 	case errors.As(call.Error, &se):
 		m.release(c)
 		return structs.ParseError(call.Error)
-	case sendFailed(call.Error):
+	case sendFailed(call.Error) || errors.Is(call.Error, netrpc.ErrShutdown):
 		// net/rpc hands back raw errors only from writing the request;
-		// failures while waiting for the reply come as ErrShutdown or
-		// io.ErrUnexpectedEOF. A write that failed on a dead session never
-		// reached the server, so the call may be retried elsewhere.
+		// failures while waiting for the reply come as io.ErrUnexpectedEOF
+		// (or ErrShutdown after a Close, which this client does only to a
+		// stream no call is waiting on). ErrShutdown here therefore means
+		// the stream had already died (an idle stream whose session the
+		// peer closed) and net/rpc refused to write the request. Either
+		// way the request never reached the server, so the call may be
+		// retried elsewhere.
 		c.Close()
 		return notSent(fmt.Errorf("%s: %w", method, call.Error))
 	default:
@@ -194,8 +198,14 @@ func copyReply(reply, fresh any) {
 }
 
 // sendFailed reports whether err came from writing the request on a dead
-// session or connection.
+// stream or connection, before the request could have reached the server.
+// yamux.ErrSessionShutdown is not such an error: a stream write hands its
+// frame to the session's send loop and then waits for either the write's
+// result or the session's shutdown, and when the frame was written just
+// before the session closed (the server applied the request and stopped)
+// yamux may report the shutdown. Taking that for "not sent" retried
+// requests the server had applied.
 func sendFailed(err error) bool {
-	return errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, yamux.ErrStreamClosed) ||
+	return errors.Is(err, yamux.ErrStreamClosed) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }

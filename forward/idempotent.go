@@ -1,0 +1,61 @@
+package forward
+
+import (
+	"errors"
+
+	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
+)
+
+// idempotentWrites are the forwarded writes that may be sent again after an
+// outcome-unknown failure (the leader's connection died after the request
+// left, or the leader lost leadership or stopped while committing it): for
+// each, applying the request twice leaves the same state and gives the
+// caller the same answer as applying it once (decision 35). Every other
+// write returns such a failure to its caller, because a second apply could
+// differ from the first.
+//
+// Audited (fsm and endpoints), and why each qualifies:
+//   - Volume.Register: an upsert of whole specs. Claims and current modes
+//     are kept from the stored row whatever the request carries, and the
+//     only refusal on an existing row (changing plugin, external ID or
+//     modes while claimed) cannot fire for the spec the first apply
+//     stored.
+//   - Node.Register: an upsert of the node; the existing node's secret must
+//     match, which the same request's does.
+//   - Node.UpdateStatus: sets a status; the same status again is a no-op.
+//
+// Deliberately not here, among others: Volume.Claim (a re-claim by the
+// same alloc answers the claim it holds, but with New=false, or a refusal
+// if the alloc was stopped in between; the method also carries releases;
+// client agents retry their own claims), Volume.Deregister, Volume.Delete and
+// Node.Deregister (the second apply answers not_found), Alloc.Place and
+// Volume.Create (a second create is a conflict or a second storage object),
+// ACL.Bootstrap and ACL.TokenCreate (a second token or a refusal). A
+// method added to this list needs the same audit.
+var idempotentWrites = map[string]bool{
+	"Volume.Register":   true,
+	"Node.Register":     true,
+	"Node.UpdateStatus": true,
+}
+
+// retryable says whether a failed forward may be sent again. A request
+// that was certainly not applied always may (no leader, or it never left
+// this server). One whose outcome is unknown may only when applying it
+// twice is the same as once.
+func retryable(method string, err error) bool {
+	return notApplied(err) || (idempotentWrites[method] && outcomeUnknown(err))
+}
+
+// notApplied: the request certainly changed nothing.
+func notApplied(err error) bool {
+	return errors.Is(err, structs.ErrNoLeader) || errors.Is(err, rpc.ErrNotSent)
+}
+
+// outcomeUnknown: the request may or may not have been applied. Unavailable
+// covers a connection that broke after the request left (rpc.ErrTransport
+// errors are unavailable) and a leader that lost leadership while
+// committing; shutting down is a leader that stopped while committing.
+func outcomeUnknown(err error) bool {
+	return errors.Is(err, structs.ErrUnavailable) || errors.Is(err, structs.ErrShutdown)
+}

@@ -1,0 +1,151 @@
+package forward
+
+import (
+	"errors"
+	"io"
+	"net"
+	netrpc "net/rpc"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/yamux"
+
+	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
+)
+
+// Volume is a leader whose first call of each method is applied and then
+// lost: the handler counts it and closes every session before answering,
+// as a leader stopped (or killed) right after applying would. Registered
+// under the real service name, so the real allowlist decides.
+type Volume struct {
+	mu       sync.Mutex
+	sessions []*yamux.Session
+	register atomic.Int64
+	claim    atomic.Int64
+}
+
+func (v *Volume) Register(args *WriteArgs, reply *string) error {
+	if v.register.Add(1) == 1 {
+		v.dropSessions()
+	}
+	*reply = "registered:" + args.Value
+	return nil
+}
+
+func (v *Volume) Claim(args *WriteArgs, reply *string) error {
+	if v.claim.Add(1) == 1 {
+		v.dropSessions()
+	}
+	*reply = "claimed:" + args.Value
+	return nil
+}
+
+func (v *Volume) dropSessions() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, s := range v.sessions {
+		s.Close()
+	}
+}
+
+func mustServeLossyLeader(t *testing.T) (string, *Volume) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	svc := &Volume{}
+	rs := netrpc.NewServer()
+	if err := rs.Register(svc); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				var b [1]byte
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					return
+				}
+				sess, err := yamux.Server(c, rpc.YamuxConfig(hclog.NewNullLogger()))
+				if err != nil {
+					return
+				}
+				svc.mu.Lock()
+				svc.sessions = append(svc.sessions, sess)
+				svc.mu.Unlock()
+				for {
+					s, err := sess.AcceptStream()
+					if err != nil {
+						return
+					}
+					go rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
+				}
+			}()
+		}
+	}()
+	return l.Addr().String(), svc
+}
+
+func TestForward_IdempotentWriteLostAfterApplyIsSentAgain(t *testing.T) {
+	addr, svc := mustServeLossyLeader(t)
+	ls := newFakeLeader()
+	ls.set(addr, false)
+	f := newTestForwarder(t, ls, 10*time.Second)
+	args := &WriteArgs{Value: "v"}
+	var reply string
+	done, err := f.Forward("Volume.Register", args, args, &reply)
+	if !done || err != nil || reply != "registered:v" {
+		t.Fatalf("register whose reply was lost exp: sent again and answered got: done=%v %q %v", done, reply, err)
+	}
+	if n := svc.register.Load(); n != 2 {
+		t.Fatalf("register applies exp: 2 (the lost one, then the retry) got: %d", n)
+	}
+}
+
+func TestForward_NonIdempotentWriteLostAfterApplyIsNotSentAgain(t *testing.T) {
+	addr, svc := mustServeLossyLeader(t)
+	ls := newFakeLeader()
+	ls.set(addr, false)
+	f := newTestForwarder(t, ls, 10*time.Second)
+	args := &WriteArgs{Value: "v"}
+	var reply string
+	done, err := f.Forward("Volume.Claim", args, args, &reply)
+	if !done || !errors.Is(err, structs.ErrUnavailable) || errors.Is(err, structs.ErrNoLeader) {
+		t.Fatalf("claim whose reply was lost exp: unavailable (outcome unknown) got: done=%v %q %v", done, reply, err)
+	}
+	if n := svc.claim.Load(); n != 1 {
+		t.Fatalf("claim applies exp: 1 (never sent again) got: %d", n)
+	}
+}
+
+func TestRetryable_OnlyIdempotentWritesOnUnknownOutcome(t *testing.T) {
+	unknown := structs.NewError(structs.CodeUnavailable, "leadership lost while committing; the outcome is unknown")
+	for _, c := range []struct {
+		method string
+		err    error
+		want   bool
+	}{
+		{"Volume.Claim", structs.ErrNoLeader, true},
+		{"Volume.Claim", unknown, false},
+		{"Volume.Claim", structs.ErrShutdown, false},
+		{"Volume.Deregister", unknown, false},
+		{"Volume.Register", unknown, true},
+		{"Volume.Register", structs.ErrShutdown, true},
+		{"Node.UpdateStatus", unknown, true},
+		{"Volume.Register", structs.NotFound("volume", "x"), false},
+		{"Volume.Register", structs.Invalid("volumes", "bad"), false},
+	} {
+		if got := retryable(c.method, c.err); got != c.want {
+			t.Errorf("retryable(%s, %v) exp: %v got: %v", c.method, c.err, c.want, got)
+		}
+	}
+}
