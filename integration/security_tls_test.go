@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	netrpc "net/rpc"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,19 +64,31 @@ func secureLeader(t *testing.T, n int) (*harness.Cluster, *harness.TestServer, *
 	return c, s, cl
 }
 
-// stateMark is what "nothing changed" compares.
+// stateMark is what "nothing changed" compares: the state itself (its
+// digest and row counts) and the Raft log's length with the term it was
+// read in.
 type stateMark struct {
-	lastIndex      uint64
-	digest         structs.StateDigest
-	volumes, nodes int
+	lastIndex, termBefore, termAfter uint64
+	sha256                           string
+	bytes                            int64
+	volumes, nodes                   int
 }
 
 func markState(t *testing.T, s *harness.TestServer, cl *api.Client) stateMark {
 	t.Helper()
-	d, err := cl.StateDigest(harness.Ctx(t, 10*time.Second))
-	if err != nil {
-		t.Fatalf("state digest: %v", err)
-	}
+	var d *structs.StateDigest
+	// The digest is empty when an entry was applied while it was being
+	// hashed (a leader election's entries can land at any time).
+	harness.WaitFor(t, applyWait, func() error {
+		var err error
+		if d, err = cl.StateDigest(harness.Ctx(t, 10*time.Second)); err != nil {
+			return fmt.Errorf("state digest: %w", err)
+		}
+		if d.SHA256 == "" {
+			return errors.New("state digest: the applied index moved while hashing")
+		}
+		return nil
+	})
 	vols, err := s.Server().State().Volumes(nil, "")
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +97,40 @@ func markState(t *testing.T, s *harness.TestServer, cl *api.Client) stateMark {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return stateMark{lastIndex: s.Server().Raft().LastIndex(), digest: *d, volumes: len(vols), nodes: len(nodes)}
+	// The term read on both sides of the index: an election between the
+	// reads cannot make the comparison below stricter than it should be.
+	termBefore := raftTerm(t, s)
+	last := s.Server().Raft().LastIndex()
+	return stateMark{lastIndex: last, termBefore: termBefore, termAfter: raftTerm(t, s),
+		sha256: d.SHA256, bytes: d.Bytes, volumes: len(vols), nodes: len(nodes)}
 }
 
+func raftTerm(t *testing.T, s *harness.TestServer) uint64 {
+	t.Helper()
+	term, err := strconv.ParseUint(s.Server().Raft().Stats()["term"], 10, 64)
+	if err != nil {
+		t.Fatalf("raft term: %v", err)
+	}
+	return term
+}
+
+// requireUnchanged fails unless the state is the same and nothing but
+// leader elections wrote to the Raft log. A server that wins an election
+// appends a no-op and then its barrier (server/leader.go), neither a
+// command, so each new term may add at most two entries; on a busy machine
+// a leader can miss its lease and be re-elected during a test. With no new
+// term the log must not have moved at all: a refused request must never
+// become an entry, even one the state machine then rejects.
 func requireUnchanged(t *testing.T, s *harness.TestServer, cl *api.Client, before stateMark) {
 	t.Helper()
-	if after := markState(t, s, cl); after != before {
+	after := markState(t, s, cl)
+	if after.sha256 != before.sha256 || after.bytes != before.bytes || after.volumes != before.volumes || after.nodes != before.nodes {
 		t.Fatalf("state exp: unchanged %+v got: %+v", before, after)
+	}
+	moved, terms := after.lastIndex-before.lastIndex, after.termAfter-before.termBefore
+	if moved > 2*terms {
+		t.Fatalf("raft log exp: at most a no-op and a barrier per new term (%d new terms) got: %d new entries (%+v -> %+v)",
+			terms, moved, before, after)
 	}
 }
 
