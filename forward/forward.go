@@ -82,7 +82,7 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		var err error
 		if addr != "" {
 			err = f.send(addr, method, info, args, reply)
-			if err == nil || !retryable(method, err) {
+			if err == nil || !retryable(method, args, err) {
 				return true, err
 			}
 		} else {

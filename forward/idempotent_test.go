@@ -28,11 +28,11 @@ type Volume struct {
 	claim    atomic.Int64
 }
 
-func (v *Volume) Register(args *WriteArgs, reply *string) error {
+func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *string) error {
 	if v.register.Add(1) == 1 {
 		v.dropSessions()
 	}
-	*reply = "registered:" + args.Value
+	*reply = "registered:" + args.Volumes[0].ID
 	return nil
 }
 
@@ -100,7 +100,7 @@ func TestForward_IdempotentWriteLostAfterApplyIsSentAgain(t *testing.T) {
 	ls := newFakeLeader()
 	ls.set(addr, false)
 	f := newTestForwarder(t, ls, 10*time.Second)
-	args := &WriteArgs{Value: "v"}
+	args := &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{ID: "v"}}}
 	var reply string
 	done, err := f.Forward("Volume.Register", args, args, &reply)
 	if !done || err != nil || reply != "registered:v" {
@@ -129,23 +129,30 @@ func TestForward_NonIdempotentWriteLostAfterApplyIsNotSentAgain(t *testing.T) {
 
 func TestRetryable_OnlyIdempotentWritesOnUnknownOutcome(t *testing.T) {
 	unknown := structs.NewError(structs.CodeUnavailable, "leadership lost while committing; the outcome is unknown")
+	register := &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{ID: "a"}, {ID: "b"}}}
+	grows := &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{ID: "a"}, {ID: "b", Capacity: 1 << 30}}}
+	status := &structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusReady}
+	claim := &structs.VolumeClaimRequest{VolumeID: "a", AllocID: "x", NodeID: "n1"}
 	for _, c := range []struct {
 		method string
+		args   any
 		err    error
 		want   bool
 	}{
-		{"Volume.Claim", structs.ErrNoLeader, true},
-		{"Volume.Claim", unknown, false},
-		{"Volume.Claim", structs.ErrShutdown, false},
-		{"Volume.Deregister", unknown, false},
-		{"Volume.Register", unknown, true},
-		{"Volume.Register", structs.ErrShutdown, true},
-		{"Node.UpdateStatus", unknown, true},
-		{"Volume.Register", structs.NotFound("volume", "x"), false},
-		{"Volume.Register", structs.Invalid("volumes", "bad"), false},
+		{"Volume.Claim", claim, structs.ErrNoLeader, true},
+		{"Volume.Claim", claim, unknown, false},
+		{"Volume.Claim", claim, structs.ErrShutdown, false},
+		{"Volume.Deregister", &structs.VolumeDeregisterRequest{VolumeIDs: []string{"a"}}, unknown, false},
+		{"Volume.Register", register, unknown, true},
+		{"Volume.Register", register, structs.ErrShutdown, true},
+		{"Volume.Register", grows, unknown, false},
+		{"Volume.Register", grows, structs.ErrNoLeader, true},
+		{"Node.UpdateStatus", status, unknown, true},
+		{"Volume.Register", register, structs.NotFound("volume", "x"), false},
+		{"Volume.Register", register, structs.Invalid("volumes", "bad"), false},
 	} {
-		if got := retryable(c.method, c.err); got != c.want {
-			t.Errorf("retryable(%s, %v) exp: %v got: %v", c.method, c.err, c.want, got)
+		if got := retryable(c.method, c.args, c.err); got != c.want {
+			t.Errorf("retryable(%s, %+v, %v) exp: %v got: %v", c.method, c.args, c.err, c.want, got)
 		}
 	}
 }
