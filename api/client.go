@@ -168,12 +168,16 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 	}
 	// no_leader means the request was not applied: retry it through an
 	// election (the server holds forwarded calls itself; this covers a
-	// leader that lost leadership under the call).
+	// leader that lost leadership under the call). A call whose outcome is
+	// unknown (the leader lost leadership while committing it, or the
+	// connection broke after it was sent) is retried the same way when
+	// sending it twice is the same as once (structs.ResendSafe, decision
+	// 35); any other returns its error.
 	wait := 50 * time.Millisecond
 	giveUp := time.Now().Add(c.cfg.RetryNoLeaderFor)
 	for {
 		err := c.callOnce(ctx, method, args, reply)
-		if !errors.Is(err, structs.ErrNoLeader) || time.Now().Add(wait).After(giveUp) {
+		if !retryCall(method, args, err) || time.Now().Add(wait).After(giveUp) {
 			return err
 		}
 		t := time.NewTimer(wait)
@@ -185,6 +189,16 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 		}
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// retryCall: err says the call was not applied (no_leader), or it may have
+// been and the call is idempotent. A call that was never sent (no server
+// reachable) has already been tried at every address by callOnce.
+func retryCall(method string, args any, err error) bool {
+	if errors.Is(err, structs.ErrNoLeader) {
+		return true
+	}
+	return structs.OutcomeUnknown(err) && !errors.Is(err, rpc.ErrNotSent) && structs.ResendSafe(method, args)
 }
 
 func (c *Client) callOnce(ctx context.Context, method string, args, reply any) error {

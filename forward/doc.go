@@ -8,9 +8,9 @@
 // Calls that were provably not applied are retried (no leader, or the
 // request never left this server). A call whose outcome is unknown (lost
 // mid-flight, or the leader lost leadership while committing it) is retried
-// only if it is a write that is idempotent by construction (idempotent.go);
-// any other returns an unavailable error, because retrying it could apply
-// it twice.
+// only if it is a write that is idempotent by construction
+// (structs/resend.go); any other returns an unavailable error, because
+// retrying it could apply it twice.
 //
 // Why one hop: a forwarded request is marked, and the receiver serves it or
 // fails; it never forwards again. That bounds latency and rules out loops

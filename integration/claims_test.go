@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -146,6 +147,29 @@ func TestBlockingQuery_AllocListWakesOnChange(t *testing.T) {
 	}
 }
 
+// claimAsAgent claims as a client agent does (client/alloc_runner.go): a
+// claim answered with a retryable error is sent again until ctx ends. On a
+// busy machine the leader can miss its lease while a claim batch is being
+// committed; the batch's callers are then answered unavailable ("leadership
+// lost while committing; the outcome is unknown"), and sending the claim
+// again is how an agent finds out: a re-claim by the same alloc answers the
+// claim it holds.
+func claimAsAgent(ctx context.Context, cl *api.Client, req *structs.VolumeClaimRequest) error {
+	wait := 50 * time.Millisecond
+	for {
+		_, err := cl.Claim(ctx, req)
+		if err == nil || !(structs.IsRetryable(err) || errors.Is(err, structs.ErrShutdown)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last answer: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
 func TestVolumeClaim_ConcurrentClaimsShareRaftEntries(t *testing.T) {
 	c := harness.NewCluster(t, 3, harness.Options{})
 	c.StartAll()
@@ -177,8 +201,7 @@ func TestVolumeClaim_ConcurrentClaimsShareRaftEntries(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			// Separate sessions, as separate client agents would have.
-			_, err := leader.Client().Claim(ctx, &structs.VolumeClaimRequest{VolumeID: vols[i].ID, AllocID: allocs[i].ID, NodeID: "n1", Mode: structs.ClaimModeWrite})
-			errs <- err
+			errs <- claimAsAgent(ctx, leader.Client(), &structs.VolumeClaimRequest{VolumeID: vols[i].ID, AllocID: allocs[i].ID, NodeID: "n1", Mode: structs.ClaimModeWrite})
 		}(i)
 	}
 	wg.Wait()

@@ -1,14 +1,9 @@
-package forward
+package structs
 
-import (
-	"errors"
+import "errors"
 
-	"github.com/claimd/claimd/rpc"
-	"github.com/claimd/claimd/structs"
-)
-
-// idempotentWrites are the forwarded writes that may be sent again after an
-// outcome-unknown failure (the leader's connection died after the request
+// idempotentWrites are the writes that may be sent again after an
+// outcome-unknown failure (the server's connection died after the request
 // left, or the leader lost leadership or stopped while committing it),
 // each with a test of the request: for those it accepts, applying the
 // request twice leaves the same state and gives the caller the same answer
@@ -29,19 +24,26 @@ import (
 //   - Node.Register: an upsert of the node; the existing node's secret must
 //     match, which the same request's does.
 //   - Node.UpdateStatus: sets a status; the same status again is a no-op.
+//   - Alloc.Place: an alloc already placed on the same node with the same
+//     volume requests is skipped as a retried placement (fsm
+//     applyAllocPlace); one placed differently is a conflict either time.
+//     (An alloc stopped, finished and garbage-collected between the two
+//     tries would be placed again; collection waits far longer than a
+//     retry does.)
 //
 // Deliberately not here, among others: Volume.Claim (a re-claim by the
 // same alloc answers the claim it holds, but with New=false, or a refusal
 // if the alloc was stopped in between; the method also carries releases;
 // client agents retry their own claims), Volume.Deregister, Volume.Delete
-// and Node.Deregister (the second apply answers not_found), Alloc.Place and
-// Volume.Create (a second create is a conflict or a second storage object),
+// and Node.Deregister (the second apply answers not_found), Volume.Create (a
+// second create is a conflict or a second storage object),
 // ACL.Bootstrap and ACL.TokenCreate (a second token or a refusal). A
 // method added to this list needs the same audit.
 var idempotentWrites = map[string]func(args any) bool{
 	"Volume.Register":   registersWithoutGrowing,
 	"Node.Register":     always,
 	"Node.UpdateStatus": always,
+	"Alloc.Place":       always,
 }
 
 func always(any) bool { return true }
@@ -49,7 +51,7 @@ func always(any) bool { return true }
 // registersWithoutGrowing: no volume in the request gives a capacity, so
 // registering it again can only store the same specs (see above).
 func registersWithoutGrowing(args any) bool {
-	req, ok := args.(*structs.VolumeRegisterRequest)
+	req, ok := args.(*VolumeRegisterRequest)
 	if !ok {
 		return false
 	}
@@ -61,27 +63,20 @@ func registersWithoutGrowing(args any) bool {
 	return true
 }
 
-// retryable says whether a failed forward of args may be sent again. A
-// request that was certainly not applied always may (no leader, or it
-// never left this server). One whose outcome is unknown may only when
-// applying it twice is the same as once.
-func retryable(method string, args any, err error) bool {
-	if notApplied(err) {
-		return true
-	}
+// ResendSafe reports whether method with args may be sent again after a
+// failure whose outcome is unknown (OutcomeUnknown): applying it twice is
+// the same as applying it once. Used by the servers' forwarder and the Go
+// client.
+func ResendSafe(method string, args any) bool {
 	idempotent, ok := idempotentWrites[method]
-	return ok && outcomeUnknown(err) && idempotent(args)
+	return ok && idempotent(args)
 }
 
-// notApplied: the request certainly changed nothing.
-func notApplied(err error) bool {
-	return errors.Is(err, structs.ErrNoLeader) || errors.Is(err, rpc.ErrNotSent)
-}
-
-// outcomeUnknown: the request may or may not have been applied. Unavailable
-// covers a connection that broke after the request left (rpc.ErrTransport
-// errors are unavailable) and a leader that lost leadership while
-// committing; shutting down is a leader that stopped while committing.
-func outcomeUnknown(err error) bool {
-	return errors.Is(err, structs.ErrUnavailable) || errors.Is(err, structs.ErrShutdown)
+// OutcomeUnknown reports whether a failed write may or may not have been
+// applied. Unavailable covers a connection that broke after the request
+// left (transport errors are unavailable) and a leader that lost
+// leadership while committing; shutting down is a leader that stopped
+// while committing.
+func OutcomeUnknown(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrShutdown)
 }
