@@ -123,6 +123,17 @@ func TestAutopilot_UnansweringServerLastContactGrows(t *testing.T) {
 	gone := l.Addr().String()
 	l.Close()
 	d := s.autopilot
+	// The leader duties start after leadership is won, and enabling
+	// autopilot starts its peer records afresh: fetch only once it is on,
+	// or the records this test reads may be wiped under it.
+	waitFor(t, 20*time.Second, func() error {
+		d.runMu.Lock()
+		defer d.runMu.Unlock()
+		if !d.on {
+			return errors.New("autopilot exp: enabled got: not yet")
+		}
+		return nil
+	})
 	ghost := raft.ServerID("ghost")
 	servers := map[raft.ServerID]*autopilot.Server{
 		raft.ServerID(s.ID()): {ID: raft.ServerID(s.ID()), Address: raft.ServerAddress(s.Addr())},
