@@ -17,7 +17,8 @@
 #
 # With PPROF=1 the servers serve pprof (-debug-addr) and the leader's CPU
 # profile over the idle window is kept ($TMP/idle-leader.pprof, with its
-# top functions printed). Everything stops by itself; the servers are
+# top functions printed), and one over the first RESTORE_PROFILE_SECONDS
+# (10) of the snapshot restore ($TMP/restore-leader.pprof). Everything stops by itself; the servers are
 # stopped and the temporary directory removed on exit (KEEP_TMP=1 keeps
 # it). Results go to docs/performance.md, section "Scale (issue 20)" (its
 # generated part, up to the next "##" or "###" heading). About 5 minutes
@@ -73,17 +74,23 @@ wait_line() {
 	done
 }
 
+# profile_leader FILE SECONDS: with PPROF, a CPU profile of the leader
+# named in the tool's idle line.
+LEADER_DEBUG=
+profile_leader() {
+	if [[ -z "$LEADER_DEBUG" ]]; then return; fi
+	log "profiling the leader for $2 s ($1)"
+	curl -sf -o "$TMP/$1" "http://$LEADER_DEBUG/debug/pprof/profile?seconds=$2" || log "no profile $1"
+}
+
 # The idle window: with PPROF, the leader's CPU profile over it.
 wait_line '^idle: measuring'
 if [[ -n "$PPROF" ]]; then
 	leader=$(sed -n 's/^idle: .*(leader \(127\.0\.0\.1:[0-9]*\)).*/\1/p' "$TMP/bench.err" | head -n 1)
 	for i in 0 1 2; do
-		if [[ "${ADDRS[$i]}" == "$leader" ]]; then
-			secs=$(awk -v d="${IDLE%s}" 'BEGIN { s = int(d) - 2; if (s < 1) s = 1; print s }')
-			log "profiling the leader $leader for $secs s"
-			curl -sf -o "$TMP/idle-leader.pprof" "http://${DEBUG_ADDRS[$i]}/debug/pprof/profile?seconds=$secs" || log "no profile"
-		fi
+		if [[ "${ADDRS[$i]}" == "$leader" ]]; then LEADER_DEBUG=${DEBUG_ADDRS[$i]}; fi
 	done
+	profile_leader idle-leader.pprof "$(awk -v d="${IDLE%s}" 'BEGIN { s = int(d) - 2; if (s < 1) s = 1; print s }')"
 fi
 
 # Snapshot save and restore of the loaded cluster, the nodes heartbeating.
@@ -105,7 +112,13 @@ SNAP_MIB=0
 RESTORE_S="not tried (no archive)"
 if [[ -s "$TMP/scale.snap" ]]; then
 	SNAP_MIB=$(awk -v b="$(stat -c %s "$TMP/scale.snap")" 'BEGIN { printf "%.1f", b / 1048576 }')
+	PROFILER=
+	if [[ -n "$PPROF" ]]; then
+		profile_leader restore-leader.pprof "${RESTORE_PROFILE_SECONDS:-10}" &
+		PROFILER=$!
+	fi
 	RESTORE_S=$(timed "$TMP/restore.out" "$CLAIMD" operator snapshot restore -address "$JOIN" "$TMP/scale.snap")
+	if [[ -n "$PROFILER" ]]; then wait "$PROFILER" || true; fi
 fi
 log "snapshot: save $SAVE_S, restore $RESTORE_S, archive $SNAP_MIB MiB"
 touch "$PAUSE"
@@ -138,6 +151,11 @@ echo "Server log lines \"marking it down\" until the end of the takeover watch: 
 if [[ -n "$PROFILE_TOP" ]]; then
 	echo
 	echo "$PROFILE_TOP"
+fi
+if [[ -s "$TMP/restore-leader.pprof" ]]; then
+	echo
+	echo "The leader during the restore (first ${RESTORE_PROFILE_SECONDS:-10} s), cumulative:"
+	go tool pprof -top -cum -nodecount=40 "$CLAIMD" "$TMP/restore-leader.pprof" 2>/dev/null | sed -n '1,50p'
 fi
 
 SECTION="$TMP/section.md"
