@@ -169,6 +169,12 @@ func runScale(ctx context.Context, c *cluster, cfg *Config, emit func(*Result)) 
 		if err := s.pause(ctx); err != nil {
 			return err
 		}
+		// What the script did (a snapshot restore installs the whole state
+		// on every server) must not weigh on the takeover.
+		fmt.Fprintf(cfg.Progress, "settling for %s\n", cfg.Settle)
+		if err := sleepCtx(ctx, cfg.Settle); err != nil {
+			return err
+		}
 	}
 	if cfg.Takeover {
 		res.Takeover = s.takeover(ctx)

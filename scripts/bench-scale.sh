@@ -18,7 +18,9 @@
 # With PPROF=1 the servers serve pprof (-debug-addr) and the leader's CPU
 # profile over the idle window is kept ($TMP/idle-leader.pprof, with its
 # top functions printed), and one over the first RESTORE_PROFILE_SECONDS
-# (10) of the snapshot restore ($TMP/restore-leader.pprof). Everything stops by itself; the servers are
+# (10) of the snapshot restore ($TMP/restore-leader.pprof), and of the two
+# other servers over the first TAKEOVER_PROFILE_SECONDS (15) after the
+# kill ($TMP/takeover-sN.pprof). Everything stops by itself; the servers are
 # stopped and the temporary directory removed on exit (KEEP_TMP=1 keeps
 # it). Results go to docs/performance.md, section "Scale (issue 20)" (its
 # generated part, up to the next "##" or "###" heading). About 5 minutes
@@ -123,10 +125,26 @@ fi
 log "snapshot: save $SAVE_S, restore $RESTORE_S, archive $SNAP_MIB MiB"
 touch "$PAUSE"
 
+# With PPROF: CPU profiles of the two servers left (one becomes the new
+# leader) over the takeover's first TAKEOVER_PROFILE_SECONDS (15).
+TAKEOVER_PROFILERS=()
+if [[ -n "$PPROF" ]]; then
+	wait_line '^takeover: killing'
+	killed=$(sed -n 's/^takeover: killing the leader \(127\.0\.0\.1:[0-9]*\) .*/\1/p' "$TMP/bench.err" | head -n 1)
+	for i in 0 1 2; do
+		if [[ "${ADDRS[$i]}" != "$killed" ]]; then
+			curl -sf -o "$TMP/takeover-s$((i + 1)).pprof" \
+				"http://${DEBUG_ADDRS[$i]}/debug/pprof/profile?seconds=${TAKEOVER_PROFILE_SECONDS:-15}" &
+			TAKEOVER_PROFILERS+=($!)
+		fi
+	done
+fi
+
 # Nodes marked down, from the servers' logs, counted when the tool's
 # takeover watch ends: once the tool exits its nodes stop heartbeating, and
 # the servers mark them all down a TTL later (as they should).
 wait_line '^takeover: watched'
+for p in "${TAKEOVER_PROFILERS[@]}"; do wait "$p" || true; done
 DOWN_LOGGED=$(cat "$DIR"/s*.log | grep -c 'marking it down' || true)
 
 FAILED=0
@@ -152,6 +170,12 @@ if [[ -n "$PROFILE_TOP" ]]; then
 	echo
 	echo "$PROFILE_TOP"
 fi
+for f in "$TMP"/takeover-s*.pprof; do
+	[[ -s "$f" ]] || continue
+	echo
+	echo "$(basename "$f" .pprof) over the takeover's first ${TAKEOVER_PROFILE_SECONDS:-15} s, cumulative:"
+	go tool pprof -top -cum -nodecount=30 "$CLAIMD" "$f" 2>/dev/null | sed -n '1,40p'
+done
 if [[ -s "$TMP/restore-leader.pprof" ]]; then
 	echo
 	echo "The leader during the restore (first ${RESTORE_PROFILE_SECONDS:-10} s), cumulative:"
