@@ -46,6 +46,10 @@ type simNode struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// quit ends the heartbeat loop at its next wait, letting a heartbeat
+	// in flight finish (stop).
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	// detaches counts ClientCSI.NodeDetachVolume calls answered.
 	detaches atomic.Int64
@@ -74,6 +78,7 @@ func (s *nodeSession) startNode(ctx context.Context, id string, beat func(*simNo
 		id: id, secret: randomHex(16), sess: s, logger: s.logger, registerToken: s.registerToken, beat: beat,
 	}
 	n.ctx, n.cancel = context.WithCancel(s.ctx)
+	n.quit = make(chan struct{})
 	s.mu.Lock()
 	s.nodes[id] = n
 	s.mu.Unlock()
@@ -128,6 +133,8 @@ func (n *simNode) heartbeat(ttl time.Duration) {
 	for {
 		select {
 		case <-n.ctx.Done():
+			return
+		case <-n.quit:
 			return
 		case <-time.After(wait):
 		}
@@ -315,11 +322,14 @@ func (n *simNode) reportTerminal(ctx context.Context, allocIDs []string) error {
 	return nil
 }
 
-// stop ends the node's heartbeat; the servers mark it down after its TTL
-// unless it was deregistered first.
+// stop ends the node's heartbeat once a heartbeat in flight has been
+// answered (so that none reaches the servers after, say, the node's
+// deregistration); the servers mark the node down after its TTL unless it
+// was deregistered first.
 func (n *simNode) stop() {
-	n.cancel()
+	n.quitOnce.Do(func() { close(n.quit) })
 	n.wg.Wait()
+	n.cancel()
 }
 
 // close stops the node, and its session when the node has one of its own.

@@ -134,14 +134,18 @@ func (c *cluster) drain(ctx context.Context, prefix string, wait time.Duration) 
 	}
 }
 
-// cleanup deregisters the volumes (in batches) and the node; the node's
-// allocs become lost, which releases nothing since none holds a claim.
-func (c *cluster) cleanup(ctx context.Context, vols []string, nodeID string) error {
-	fmt.Fprintf(c.cfg.Progress, "cleaning up: deregistering %d volumes and node %s\n", len(vols), nodeID)
+// cleanup deregisters the volumes (in batches), then stops the node's
+// heartbeat and deregisters the node; the node's allocs become lost, which
+// releases nothing since none holds a claim. The heartbeat stops first: a
+// heartbeat sent after the node is gone would be refused (its secret no
+// longer names a node) and counted as a denial by the servers.
+func (c *cluster) cleanup(ctx context.Context, vols []string, node *simNode) error {
+	fmt.Fprintf(c.cfg.Progress, "cleaning up: deregistering %d volumes and node %s\n", len(vols), node.id)
 	for start := 0; start < len(vols); start += maxBatch {
 		if _, err := c.admin.DeregisterVolumes(ctx, false, vols[start:min(start+maxBatch, len(vols))]...); err != nil {
 			return fmt.Errorf("deregister volumes: %w", err)
 		}
 	}
-	return c.admin.Call(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{nodeID}}, &structs.GenericResponse{})
+	node.stop()
+	return c.admin.Call(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{node.id}}, &structs.GenericResponse{})
 }

@@ -84,7 +84,7 @@ func (r *runner) finish(ctx context.Context) error {
 		}
 		return fmt.Errorf("cleanup skipped: %w", err)
 	}
-	return r.c.cleanup(ctx, r.vols, r.node.id)
+	return r.c.cleanup(ctx, r.vols, r.node)
 }
 
 // forEachRun calls fn for every callers value × target, targets inner so
