@@ -64,18 +64,29 @@ func discover(ctx context.Context, cfg *Config) (*cluster, error) {
 	return c, nil
 }
 
-// pidOf asks the server at addr for its process ID.
+// pidOf asks the server at addr for its process ID. Status.Runtime is
+// answered from the server's own state: a follower that has not yet
+// applied a token just created (a fresh `acl bootstrap`) refuses it, so a
+// refusal is asked again for a few seconds.
 func (c *cluster) pidOf(ctx context.Context, addr string) (int, error) {
 	cl, err := api.NewClient(c.cfg.apiConfig([]string{addr}, c.cfg.Token))
 	if err != nil {
 		return 0, err
 	}
 	defer cl.Close()
-	st, err := cl.Runtime(ctx)
-	if err != nil {
-		return 0, err
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := cl.Runtime(ctx)
+		if err == nil {
+			return st.PID, nil
+		}
+		if !errors.Is(err, structs.ErrPermissionDenied) || time.Now().After(deadline) {
+			return 0, err
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return 0, err
+		}
 	}
-	return st.PID, nil
 }
 
 // probeSecurity says how the tool talks to the cluster (Result.Security):

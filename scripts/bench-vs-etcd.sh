@@ -303,7 +303,9 @@ etcd_run() {
 
 # json_field FILE NAME: the first number named NAME in FILE (claimd
 # bench's JSON: "latency" comes before the claim/release split).
-json_field() { grep -o "\"$2\":[0-9.e+-]*" "$1" | head -n 1 | cut -d: -f2; }
+# Empty when there is none (a run without CPU figures has no
+# cpu_ms_per_cycle).
+json_field() { grep -o "\"$2\":[0-9.e+-]*" "$1" 2>/dev/null | head -n 1 | cut -d: -f2 || true; }
 
 # claimd_run TARGET CALLERS [secure]: a fresh claimd cluster and one
 # claimd bench run (secure: mutual TLS and ACLs, as scripts/bench.sh
