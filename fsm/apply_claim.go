@@ -108,7 +108,7 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	if n.Status != structs.NodeStatusReady {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is %s", n.ID, n.Status))
 	}
-	if ok, why := getPlugin(tx, old.PluginID).Schedulable(n.ID); !ok {
+	if ok, why := schedulable(tx, old.PluginID, n.ID); !ok {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))
 	}
 	if err := checkTopology(old, n); err != nil {

@@ -15,9 +15,13 @@ const (
 	TableIndexes = "index"
 	TableNodes   = "nodes"
 	TablePlugins = "plugins"
-	TableVolumes = "volumes"
-	TableAllocs  = "allocs"
-	TableEvals   = "evals"
+	// TablePluginInstances holds each plugin's controllers and nodes, one
+	// row per plugin, kind and node (see plugins.go). Readers get them in
+	// structs.Plugin's maps from PluginByID and Plugins.
+	TablePluginInstances = "plugin_instances"
+	TableVolumes         = "volumes"
+	TableAllocs          = "allocs"
+	TableEvals           = "evals"
 	// TableACLPolicies and TableACLTokens hold ACL policies by name and
 	// tokens by accessor ID (with an index on the secret's hash).
 	TableACLPolicies = "acl_policies"
@@ -60,7 +64,10 @@ func schema() *memdb.DBSchema {
 			indexID: primary(func(n *structs.Node) string { return n.ID }),
 		}},
 		TablePlugins: {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{
-			indexID: primary(func(p *structs.Plugin) string { return p.ID }),
+			indexID: primary(func(p *pluginRow) string { return p.summary.ID }),
+		}},
+		TablePluginInstances: {Name: TablePluginInstances, Indexes: map[string]*memdb.IndexSchema{
+			indexID: {Name: indexID, Unique: true, Indexer: instanceKeyIndexer{}},
 		}},
 		// No index of volumes by plugin: every claim, release and
 		// checkpoint rewrites its volume, and memdb re-inserts the row in

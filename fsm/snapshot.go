@@ -112,6 +112,11 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 			return fmt.Errorf("snapshot %s: %w", t.table, err)
 		}
 		for raw := it.Next(); raw != nil; raw = it.Next() {
+			// Plugins are written as readers see them, instances
+			// included: the format the snapshot always had.
+			if r, ok := raw.(*pluginRow); ok {
+				raw = r.plugin(s.tx, true)
+			}
 			if err := enc.Encode(t.kind); err != nil {
 				return fmt.Errorf("snapshot %s: %w", t.table, err)
 			}
@@ -225,6 +230,10 @@ func restoreStore(r io.Reader) (*StateStore, error) {
 	tx := s.db.Txn(true)
 	defer tx.Abort()
 	for r := range records {
+		if p, ok := r.obj.(*structs.Plugin); ok {
+			restorePlugin(tx, p)
+			continue
+		}
 		if err := tx.Insert(r.table, r.obj); err != nil {
 			return nil, fmt.Errorf("restore: record %d (%s): %w", r.n, r.table, err)
 		}

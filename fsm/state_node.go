@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/claimd/claimd/structs"
@@ -18,10 +20,29 @@ func (s *StateStore) Nodes(ws memdb.WatchSet) ([]*structs.Node, error) {
 
 // PluginByID returns a plugin, or nil, nil when no node runs it.
 func (s *StateStore) PluginByID(ws memdb.WatchSet, id string) (*structs.Plugin, error) {
-	return firstAs[structs.Plugin](s.first(ws, TablePlugins, indexID, id))
+	tx := s.db.Txn(false)
+	ch, raw, err := tx.FirstWatch(TablePlugins, indexID, id)
+	if err != nil {
+		return nil, fmt.Errorf("read %s by %s: %w", TablePlugins, indexID, err)
+	}
+	s.watch(ws, ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*pluginRow).plugin(tx, true), nil
 }
 
 // Plugins returns every plugin sorted by ID.
 func (s *StateStore) Plugins(ws memdb.WatchSet) ([]*structs.Plugin, error) {
-	return listAs[structs.Plugin](s.list(ws, TablePlugins, indexID))
+	tx := s.db.Txn(false)
+	it, err := tx.Get(TablePlugins, indexID)
+	if err != nil {
+		return nil, fmt.Errorf("list %s by %s: %w", TablePlugins, indexID, err)
+	}
+	s.watch(ws, it.WatchCh())
+	var out []*structs.Plugin
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*pluginRow).plugin(tx, true))
+	}
+	return out, nil
 }

@@ -15,8 +15,8 @@ func getNode(tx *txn, id string) *structs.Node {
 	return n
 }
 
-func getPlugin(tx *txn, id string) *structs.Plugin {
-	p, _ := tx.get(TablePlugins, indexID, id).(*structs.Plugin)
+func getPluginRow(tx *txn, id string) *pluginRow {
+	p, _ := tx.get(TablePlugins, indexID, id).(*pluginRow)
 	return p
 }
 
