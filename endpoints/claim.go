@@ -75,7 +75,7 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 	if err != nil || vol == nil {
 		return err
 	}
-	plug, err := state.PluginByID(nil, vol.PluginID)
+	plug, err := state.PluginSummary(nil, vol.PluginID)
 	if err != nil {
 		return err
 	}

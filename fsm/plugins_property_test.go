@@ -125,8 +125,8 @@ func drawInfo(t *rapid.T, pluginID string) *structs.CSIInfo {
 	}
 }
 
-// checkPluginSummaries compares every plugin the store answers, by ID and
-// in the list, with the plugins summarised from scratch from the nodes.
+// checkPluginSummaries compares every plugin the store answers, by ID, in
+// the list and as a summary, with the plugins summarised from scratch from the nodes.
 func checkPluginSummaries(t *rapid.T, f *FSM) {
 	nodes, _ := f.State().Nodes(nil)
 	want := pluginsFromScratch(nodes)
@@ -139,6 +139,12 @@ func checkPluginSummaries(t *rapid.T, f *FSM) {
 		one, _ := f.State().PluginByID(nil, p.ID)
 		if !reflect.DeepEqual(one, p) {
 			t.Fatalf("plugin %s exp: PluginByID as in Plugins %+v got: %+v", p.ID, p, one)
+		}
+		sum, _ := f.State().PluginSummary(nil, p.ID)
+		noMaps := *p
+		noMaps.Controllers, noMaps.Nodes = nil, nil
+		if sum == nil || !reflect.DeepEqual(*sum, noMaps) {
+			t.Fatalf("plugin %s exp: PluginSummary as in Plugins without the maps got: %+v", p.ID, sum)
 		}
 	}
 	if len(want) == 0 {

@@ -32,6 +32,20 @@ func (s *StateStore) PluginByID(ws memdb.WatchSet, id string) (*structs.Plugin, 
 	return raw.(*pluginRow).plugin(tx, true), nil
 }
 
+// PluginSummary returns a plugin's summary fields without its Controllers
+// and Nodes maps, or nil, nil when no node runs it: O(1), where PluginByID
+// assembles the maps from every instance once per change of the plugin.
+// For readers that need only the counts, ControllerRequired, provider or
+// capabilities.
+func (s *StateStore) PluginSummary(ws memdb.WatchSet, id string) (*structs.Plugin, error) {
+	raw, err := s.first(ws, TablePlugins, indexID, id)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	p := raw.(*pluginRow).summary
+	return &p, nil
+}
+
 // Plugins returns every plugin sorted by ID.
 func (s *StateStore) Plugins(ws memdb.WatchSet) ([]*structs.Plugin, error) {
 	tx := s.db.Txn(false)

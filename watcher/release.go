@@ -35,7 +35,7 @@ func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 		return nil
 	}
 	w.clock.observe(volID, structs.SortedKeys(vol.PastClaims), queuedAt)
-	plug, err := state.PluginByID(nil, vol.PluginID)
+	plug, err := state.PluginSummary(nil, vol.PluginID)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) error {
 // for another claim (S4). The check and the detach happen under the
 // (volume, node) attach lock that new claims' publishes also take.
 func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error {
-	plug, err := w.state.State().PluginByID(nil, vol.PluginID)
+	plug, err := w.state.State().PluginSummary(nil, vol.PluginID)
 	if err != nil {
 		return err
 	}
