@@ -3,6 +3,8 @@ package fsm
 import (
 	"bytes"
 	"io"
+	"os"
+	"reflect"
 	"testing"
 
 	"github.com/claimd/claimd/structs"
@@ -57,4 +59,77 @@ func TestPlugins_CarryCapabilitiesAndNodeFacts(t *testing.T) {
 	if n == nil || n.CSINodePlugins["hostdir"].AccessibleTopology["zone"] != "b" || !n.CSINodePlugins["hostdir"].NodeCapabilities.GetVolumeStats {
 		t.Fatalf("exp: n2 fingerprint with topology and capabilities after restore got: %+v", n)
 	}
+}
+
+// TestPlugins_SnapshotFromBeforeInstanceTable: a snapshot written before
+// plugin instances had their own table (testdata, written at bea79c4 from
+// pluginSnapshotState) restores to the plugins the live state answers,
+// and the same state still snapshots to exactly those bytes: the format
+// did not change. The restored plugins then keep being summarised right.
+func TestPlugins_SnapshotFromBeforeInstanceTable(t *testing.T) {
+	old, err := os.ReadFile("testdata/plugins-before-instance-table.snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := pluginSnapshotState(t)
+	if now := mustSnapshotBytes(t, h.f); !bytes.Equal(now, old) {
+		t.Fatalf("exp: the same state snapshots to the bytes written before (%d) got: %d different bytes", len(old), len(now))
+	}
+	restored := New(nil)
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(old))); err != nil {
+		t.Fatalf("exp: restore got: %v", err)
+	}
+	want, _ := h.f.State().Plugins(nil)
+	got, _ := restored.State().Plugins(nil)
+	if len(want) != 2 || !reflect.DeepEqual(want, got) {
+		t.Fatalf("exp: restored plugins %s got: %s", dumpPlugins(want), dumpPlugins(got))
+	}
+	// Provider details come from the controllers first (n1's, which gives
+	// no version), as they always did.
+	if p := got[0]; p.ID != "hostdir" || p.NodesHealthy != 2 || p.ControllersHealthy != 2 ||
+		p.Provider != "hostdir.claimd.io" || p.ProviderVersion != "" || !p.ControllerRequired {
+		t.Fatalf("exp: hostdir with 2 healthy nodes and controllers, provider from n1's controller got: %s", dumpPlugins(got))
+	}
+
+	// n1 leaves, on the restored store as on the live one: the summary
+	// is kept up from the restored rows.
+	for _, f := range []*FSM{h.f, restored} {
+		r := &harness{t: t, f: f, index: h.index}
+		r.mustApply(structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
+		p, _ := f.State().PluginByID(nil, "hostdir")
+		if p.ControllersHealthy != 1 || p.NodesHealthy != 1 || len(p.Nodes) != 2 || p.Nodes["n1"] != nil || p.ControllerCapabilities == nil {
+			t.Fatalf("exp: hostdir with n10's healthy controller, 2 nodes (1 healthy) got: %s", dumpPlugins([]*structs.Plugin{p}))
+		}
+	}
+	want, _ = h.f.State().Plugins(nil)
+	got, _ = restored.State().Plugins(nil)
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("exp: the same plugins after the same entry got: %s and %s", dumpPlugins(want), dumpPlugins(got))
+	}
+}
+
+// pluginSnapshotState builds a state with two plugins over three nodes: a
+// controller and node plugin with capabilities and a provider, one node
+// down, and a second plugin on one node only.
+func pluginSnapshotState(t testing.TB) *harness {
+	h := mustNewHarness(t)
+	for _, id := range []string{"n1", "n10", "n2"} {
+		n := testNode(id)
+		n.CSINodePlugins["hostdir"].Provider = "hostdir.claimd.io"
+		n.CSINodePlugins["hostdir"].ProviderVersion = "1.0." + id
+		n.CSINodePlugins["hostdir"].RequiresControllerPlugin = true
+		n.CSINodePlugins["hostdir"].AccessibleTopology = map[string]string{"zone": id}
+		n.CSINodePlugins["hostdir"].NodeCapabilities = &structs.CSINodeCapabilities{StageUnstageVolume: true}
+		if id != "n2" {
+			n.CSIControllerPlugins = map[string]*structs.CSIInfo{"hostdir": {PluginID: "hostdir", Healthy: true,
+				Provider: "hostdir.claimd.io", RequiresControllerPlugin: true,
+				ControllerCapabilities: &structs.CSIControllerCapabilities{PublishUnpublish: true}}}
+		}
+		if id == "n10" {
+			n.CSINodePlugins["other"] = &structs.CSIInfo{PluginID: "other", Healthy: true, MaxVolumes: 2}
+		}
+		h.registerNode(n)
+	}
+	h.mustApply(structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n2", Status: structs.NodeStatusDown})
+	return h
 }
