@@ -117,34 +117,6 @@ bench() {
 	if [[ -z "${KEEP_TMP:-}" ]]; then rm -rf "$dir"; fi
 }
 
-# start_watch DIR: with PPROF, in the background (pid in WATCHER), take a
-# CPU profile of the server the calls go to during the run's measured
-# window (DIR/cpu.pprof): it waits for the tool's "run: ..." line, which
-# names that server, then WATCH_DELAY (2 s: the callers' sessions and the
-# 1 s warmup), and profiles for WATCH_SECONDS (8 s of the 10 s window).
-# The servers' CPU time per claim cycle is measured by `claimd bench`
-# itself (bench/cpu.go) and shown in the tables.
-start_watch() {
-	local dir=$1
-	(
-		addr=
-		for _ in $(seq 1 600); do
-			addr=$(sed -n 's/^run: .*(\(127\.0\.0\.1:[0-9]*\)).*/\1/p' "$dir/bench.err" | head -n 1)
-			[[ -n "$addr" ]] && break
-			sleep 0.2
-		done
-		[[ -n "$addr" ]] || exit 1
-		target=
-		for i in 0 1 2; do
-			if [[ "${ADDRS[$i]}" == "$addr" ]]; then target=$i; fi
-		done
-		[[ -n "$target" ]] || exit 1
-		sleep "${WATCH_DELAY:-2}"
-		curl -sf -o "$dir/cpu.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/profile?seconds=${WATCH_SECONDS:-8}"
-	) >/dev/null 2>"$dir/watch.err" &
-	WATCHER=$!
-}
-
 machine_facts
 
 # write_security_section: the generated part of "Security cost (TLS +

@@ -5,8 +5,11 @@
 # and replace a section of docs/performance.md. Source it after setting
 #   TMP    a temporary directory the caller removes on exit
 #   LOG_NAME  the prefix of log lines (the script's name)
-# and optionally PPROF (serve pprof on every server: DEBUG_ADDRS) and OUT
-# (the markdown file replace_section writes; /dev/null: none).
+# and optionally PPROF (serve pprof on every server: DEBUG_ADDRS), OUT
+# (the markdown file replace_section writes; /dev/null: none) and
+# SERVER_CLAIMD (the binary the servers run, when it is not CLAIMD: a
+# before/after comparison runs the servers of either binary and the load
+# generator of one).
 
 if ! declare -p CLUSTER_FLAGS >/dev/null 2>&1; then CLUSTER_FLAGS=(); fi
 PIDS=()
@@ -64,7 +67,7 @@ start_server() {
 	local name="s$((i + 1))"
 	local debug=()
 	if [[ -n "${PPROF:-}" ]]; then debug=(-debug-addr "${DEBUG_ADDRS[$i]}"); fi
-	"$CLAIMD" agent -server -bootstrap-expect 3 -join "$JOIN" -bind "${ADDRS[$i]}" -http-addr off \
+	"${SERVER_CLAIMD:-$CLAIMD}" agent -server -bootstrap-expect 3 -join "$JOIN" -bind "${ADDRS[$i]}" -http-addr off \
 		-data-dir "$dir/$name" -node-name "$name" "${SERVER_EXTRA[@]}" "${debug[@]}" >>"$dir/$name.log" 2>&1 &
 	PIDS[i]=$!
 }
@@ -132,7 +135,35 @@ wait_until() {
 }
 
 # has_leader: the claimd cluster at JOIN names a leader.
-has_leader() { "$CLAIMD" operator raft list-peers -address "$JOIN" -timeout 2s 2>/dev/null | grep -q leader; }
+has_leader() { "${SERVER_CLAIMD:-$CLAIMD}" operator raft list-peers -address "$JOIN" -timeout 2s 2>/dev/null | grep -q leader; }
+
+# start_watch DIR: with PPROF, in the background (pid in WATCHER), take a
+# CPU profile of the server the calls go to during the run's measured
+# window (DIR/cpu.pprof): it waits for the tool's "run: ..." line in
+# DIR/bench.err, which names that server, then WATCH_DELAY (2 s: the
+# callers' sessions and the 1 s warmup), and profiles for WATCH_SECONDS
+# (8 s of the 10 s window). The servers' CPU time per claim cycle is
+# measured by `claimd bench` itself (bench/cpu.go).
+start_watch() {
+	local dir=$1
+	(
+		addr=
+		for _ in $(seq 1 600); do
+			addr=$(sed -n 's/^run: .*(\(127\.0\.0\.1:[0-9]*\)).*/\1/p' "$dir/bench.err" | head -n 1)
+			[[ -n "$addr" ]] && break
+			sleep 0.2
+		done
+		[[ -n "$addr" ]] || exit 1
+		target=
+		for i in 0 1 2; do
+			if [[ "${ADDRS[$i]}" == "$addr" ]]; then target=$i; fi
+		done
+		[[ -n "$target" ]] || exit 1
+		sleep "${WATCH_DELAY:-2}"
+		curl -sf -o "$dir/cpu.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/profile?seconds=${WATCH_SECONDS:-8}"
+	) >/dev/null 2>"$dir/watch.err" &
+	WATCHER=$!
+}
 
 # stop_pids PID...: SIGTERM, then SIGKILL what is still running after 15
 # s. A leader stopped together with its followers can hang in shutdown (a
