@@ -20,13 +20,7 @@ const callTimeout = 90 * time.Second
 // NodeDetachVolume unpublishes an allocation's volume and unstages it when
 // no other allocation here uses it. "Not mounted" counts as done (seed 6).
 func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
-	if args.NodeID != e.a.ident.ID {
-		return structs.Invalid("node_id", fmt.Sprintf("%q is not this node (%q)", args.NodeID, e.a.ident.ID))
-	}
-	if err := e.requireHealthy(args.PluginID, true); err != nil {
-		return err
-	}
-	mm, err := e.a.mountManager(args.PluginID)
+	mm, err := e.nodePlugin(args.NodeID, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -38,6 +32,18 @@ func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest,
 	}
 	e.a.logger.Info("node detached volume", "volume", args.VolumeID, "alloc", args.AllocID)
 	return nil
+}
+
+// nodePlugin checks that a node call is meant for this node and that its
+// node plugin is healthy, and returns the plugin's mount manager.
+func (e *csiEndpoint) nodePlugin(nodeID, pluginID string) (*csi.MountManager, error) {
+	if nodeID != e.a.ident.ID {
+		return nil, structs.Invalid("node_id", fmt.Sprintf("%q is not this node (%q)", nodeID, e.a.ident.ID))
+	}
+	if err := e.requireHealthy(pluginID, true); err != nil {
+		return nil, err
+	}
+	return e.a.mountManager(pluginID)
 }
 
 // ControllerAttachVolume runs ControllerPublishVolume on this node's

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/structs"
@@ -103,13 +102,7 @@ func (e *csiEndpoint) ControllerExpandVolume(args *structs.ClientCSIControllerEx
 // NodeExpandVolume grows this node's view of a volume wherever an
 // allocation here has it staged or published.
 func (e *csiEndpoint) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest, reply *structs.ClientCSINodeExpandResponse) error {
-	if args.NodeID != e.a.ident.ID {
-		return structs.Invalid("node_id", fmt.Sprintf("%q is not this node (%q)", args.NodeID, e.a.ident.ID))
-	}
-	if err := e.requireHealthy(args.PluginID, true); err != nil {
-		return err
-	}
-	mm, err := e.a.mountManager(args.PluginID)
+	mm, err := e.nodePlugin(args.NodeID, args.PluginID)
 	if err != nil {
 		return err
 	}

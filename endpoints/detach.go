@@ -25,12 +25,9 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}
-	vol, err := v.srv.State().VolumeByID(nil, args.VolumeID)
+	vol, err := v.registered(args.VolumeID)
 	if err != nil {
 		return err
-	}
-	if vol == nil {
-		return structs.NotFound("volume", args.VolumeID)
 	}
 	for _, c := range vol.AllClaims() {
 		if c.NodeID != args.NodeID {

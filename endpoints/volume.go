@@ -198,3 +198,16 @@ func (v *Volume) List(args *structs.VolumeListRequest, reply *structs.VolumeList
 			return state.TableIndex(fsm.TableVolumes), nil
 		})
 }
+
+// registered returns a registered volume from this server's state, or
+// not_found naming it.
+func (v *Volume) registered(id string) (*structs.Volume, error) {
+	vol, err := v.srv.State().VolumeByID(nil, id)
+	if err != nil {
+		return nil, err
+	}
+	if vol == nil {
+		return nil, structs.NotFound("volume", id)
+	}
+	return vol, nil
+}

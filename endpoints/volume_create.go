@@ -188,12 +188,9 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {
 		return err
 	}
-	vol, err := v.srv.State().VolumeByID(nil, args.VolumeID)
+	vol, err := v.registered(args.VolumeID)
 	if err != nil {
 		return err
-	}
-	if vol == nil {
-		return structs.NotFound("volume", args.VolumeID)
 	}
 	if vol.HasClaims() {
 		return structs.NewError(structs.CodeConflict, fmt.Sprintf(

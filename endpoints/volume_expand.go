@@ -23,12 +23,9 @@ func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.Volume
 	if err := args.Validate(); err != nil {
 		return err
 	}
-	vol, err := v.srv.State().VolumeByID(nil, args.VolumeID)
+	vol, err := v.registered(args.VolumeID)
 	if err != nil {
 		return err
-	}
-	if vol == nil {
-		return structs.NotFound("volume", args.VolumeID)
 	}
 	index, err := v.grow(vol, growth{capacity: args.Capacity, field: "capacity", capField: "volume_id"}, &reply.VolumeExpansion)
 	if err != nil {

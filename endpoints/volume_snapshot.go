@@ -24,12 +24,9 @@ func (v *Volume) SnapshotCreate(args *structs.VolumeSnapshotCreateRequest, reply
 	if err := args.Validate(); err != nil {
 		return err
 	}
-	vol, err := v.srv.State().VolumeByID(nil, args.VolumeID)
+	vol, err := v.registered(args.VolumeID)
 	if err != nil {
 		return err
-	}
-	if vol == nil {
-		return structs.NotFound("volume", args.VolumeID)
 	}
 	plug, err := v.plugin(vol.PluginID)
 	if err != nil {
