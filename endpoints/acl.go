@@ -26,10 +26,8 @@ const maxTokenTTL = 10 * 365 * 24 * time.Hour
 // file acl-bootstrap-reset in the leader's data dir allows one more
 // bootstrap (docs/security.md).
 func (a *ACL) Bootstrap(args *structs.ACLBootstrapRequest, reply *structs.ACLTokenResponse) error {
-	if done, err := a.srv.Forward("ACL.Bootstrap", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.Bootstrap", args); err != nil {
+	_, done, err := a.auth.gate("ACL.Bootstrap", args, reply, nil)
+	if done {
 		return err
 	}
 	tok := &structs.ACLToken{
@@ -49,10 +47,8 @@ func (a *ACL) Bootstrap(args *structs.ACLBootstrapRequest, reply *structs.ACLTok
 
 // PolicyUpsert creates or updates policies; the rules must parse.
 func (a *ACL) PolicyUpsert(args *structs.ACLPolicyUpsertRequest, reply *structs.GenericResponse) error {
-	if done, err := a.srv.Forward("ACL.PolicyUpsert", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.PolicyUpsert", args); err != nil {
+	_, done, err := a.auth.gate("ACL.PolicyUpsert", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.Policies) == 0 {
@@ -73,10 +69,8 @@ func (a *ACL) PolicyUpsert(args *structs.ACLPolicyUpsertRequest, reply *structs.
 
 // PolicyDelete deletes policies. Tokens naming them lose what they granted.
 func (a *ACL) PolicyDelete(args *structs.ACLPolicyDeleteRequest, reply *structs.GenericResponse) error {
-	if done, err := a.srv.Forward("ACL.PolicyDelete", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.PolicyDelete", args); err != nil {
+	_, done, err := a.auth.gate("ACL.PolicyDelete", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := validateNames("names", args.Names); err != nil {
@@ -89,16 +83,14 @@ func (a *ACL) PolicyDelete(args *structs.ACLPolicyDeleteRequest, reply *structs.
 
 // PolicyGet reads one policy.
 func (a *ACL) PolicyGet(args *structs.ACLPolicySpecificRequest, reply *structs.ACLPolicyResponse) error {
-	if done, err := a.srv.Forward("ACL.PolicyGet", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.PolicyGet", args); err != nil {
+	c, done, err := a.auth.gate("ACL.PolicyGet", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("name", args.Name); err != nil {
 		return err
 	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "ACL.PolicyGet", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			p, err := state.ACLPolicyByName(ws, args.Name)
 			if err != nil {
@@ -114,13 +106,11 @@ func (a *ACL) PolicyGet(args *structs.ACLPolicySpecificRequest, reply *structs.A
 
 // PolicyList lists policies.
 func (a *ACL) PolicyList(args *structs.GenericRequest, reply *structs.ACLPolicyListResponse) error {
-	if done, err := a.srv.Forward("ACL.PolicyList", args, args, reply); done {
+	c, done, err := a.auth.gate("ACL.PolicyList", args, reply, nil)
+	if done {
 		return err
 	}
-	if _, err := a.auth.check("ACL.PolicyList", args); err != nil {
-		return err
-	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "ACL.PolicyList", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			ps, err := state.ACLPolicies(ws)
 			if err != nil {
@@ -133,10 +123,8 @@ func (a *ACL) PolicyList(args *structs.GenericRequest, reply *structs.ACLPolicyL
 
 // TokenCreate makes a token; its secret is in the reply and nowhere else.
 func (a *ACL) TokenCreate(args *structs.ACLTokenCreateRequest, reply *structs.ACLTokenResponse) error {
-	if done, err := a.srv.Forward("ACL.TokenCreate", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.TokenCreate", args); err != nil {
+	_, done, err := a.auth.gate("ACL.TokenCreate", args, reply, nil)
+	if done {
 		return err
 	}
 	typ := args.Type
@@ -183,10 +171,8 @@ func (a *ACL) TokenCreate(args *structs.ACLTokenCreateRequest, reply *structs.AC
 
 // TokenDelete deletes tokens by accessor ID.
 func (a *ACL) TokenDelete(args *structs.ACLTokenDeleteRequest, reply *structs.GenericResponse) error {
-	if done, err := a.srv.Forward("ACL.TokenDelete", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.TokenDelete", args); err != nil {
+	_, done, err := a.auth.gate("ACL.TokenDelete", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := validateNames("accessor_ids", args.AccessorIDs); err != nil {
@@ -199,16 +185,14 @@ func (a *ACL) TokenDelete(args *structs.ACLTokenDeleteRequest, reply *structs.Ge
 
 // TokenGet reads one token by accessor ID, without its secret.
 func (a *ACL) TokenGet(args *structs.ACLTokenSpecificRequest, reply *structs.ACLTokenReadResponse) error {
-	if done, err := a.srv.Forward("ACL.TokenGet", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.TokenGet", args); err != nil {
+	c, done, err := a.auth.gate("ACL.TokenGet", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("accessor_id", args.AccessorID); err != nil {
 		return err
 	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "ACL.TokenGet", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			t, err := state.ACLTokenByAccessor(ws, args.AccessorID)
 			if err != nil {
@@ -225,13 +209,11 @@ func (a *ACL) TokenGet(args *structs.ACLTokenSpecificRequest, reply *structs.ACL
 // TokenList lists tokens without their secrets (the server token is not
 // listed: it is the cluster's, not an operator's).
 func (a *ACL) TokenList(args *structs.GenericRequest, reply *structs.ACLTokenListResponse) error {
-	if done, err := a.srv.Forward("ACL.TokenList", args, args, reply); done {
+	c, done, err := a.auth.gate("ACL.TokenList", args, reply, nil)
+	if done {
 		return err
 	}
-	if _, err := a.auth.check("ACL.TokenList", args); err != nil {
-		return err
-	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "ACL.TokenList", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			ts, err := state.ACLTokens(ws)
 			if err != nil {
@@ -249,10 +231,8 @@ func (a *ACL) TokenList(args *structs.GenericRequest, reply *structs.ACLTokenLis
 
 // TokenSelf reads the caller's own token (without its secret).
 func (a *ACL) TokenSelf(args *structs.GenericRequest, reply *structs.ACLTokenReadResponse) error {
-	if done, err := a.srv.Forward("ACL.TokenSelf", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("ACL.TokenSelf", args); err != nil {
+	_, done, err := a.auth.gate("ACL.TokenSelf", args, reply, nil)
+	if done {
 		return err
 	}
 	t, err := a.srv.State().ACLTokenBySecret(nil, args.AuthToken)

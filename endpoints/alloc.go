@@ -21,10 +21,8 @@ const maxAllocsPerRequest = 1000
 // Place creates allocations (desired run, client pending). The node's
 // client agent sees them through its blocking query and claims volumes.
 func (a *Alloc) Place(args *structs.AllocPlaceRequest, reply *structs.GenericResponse) error {
-	if done, err := a.srv.Forward("Alloc.Place", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("Alloc.Place", args); err != nil {
+	_, done, err := a.auth.gate("Alloc.Place", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.Allocs) == 0 {
@@ -49,10 +47,8 @@ func (a *Alloc) Place(args *structs.AllocPlaceRequest, reply *structs.GenericRes
 // Stop sets desired status stop; the client reports the allocation
 // terminal and the servers release its claims.
 func (a *Alloc) Stop(args *structs.AllocStopRequest, reply *structs.GenericResponse) error {
-	if done, err := a.srv.Forward("Alloc.Stop", args, args, reply); done {
-		return err
-	}
-	if _, err := a.auth.check("Alloc.Stop", args); err != nil {
+	_, done, err := a.auth.gate("Alloc.Stop", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.AllocIDs) == 0 {
@@ -70,11 +66,15 @@ func (a *Alloc) Stop(args *structs.AllocStopRequest, reply *structs.GenericRespo
 
 // Get reads one allocation.
 func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResponse) error {
-	if done, err := a.srv.Forward("Alloc.Get", args, args, reply); done {
-		return err
-	}
-	c, err := a.auth.check("Alloc.Get", args)
-	if err != nil {
+	c, done, err := a.auth.gate("Alloc.Get", args, reply, a.auth.forNode("Alloc.Get", func() (string, bool) {
+		// A node may read its own node's allocations: which node that is,
+		// this server knows once it has the allocation.
+		if al, err := a.srv.State().AllocByID(nil, args.ID); err == nil && al != nil {
+			return al.NodeID, true
+		}
+		return "", false
+	}))
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
@@ -85,7 +85,7 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 		}
 		return err
 	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "Alloc.Get", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			alloc, err := state.AllocByID(ws, args.ID)
 			if err != nil {
@@ -113,14 +113,8 @@ func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResp
 // List reads allocations, all or one node's. Client agents watch their
 // node's allocations with this as a blocking query.
 func (a *Alloc) List(args *structs.AllocListRequest, reply *structs.AllocListResponse) error {
-	if done, err := a.srv.Forward("Alloc.List", args, args, reply); done {
-		return err
-	}
-	c, err := a.auth.check("Alloc.List", args)
-	if err != nil {
-		return err
-	}
-	if err := c.allowNode(a.auth, "Alloc.List", args.NodeID); err != nil {
+	c, done, err := a.auth.gate("Alloc.List", args, reply, a.auth.forNode("Alloc.List", func() (string, bool) { return args.NodeID, true }))
+	if done {
 		return err
 	}
 	if args.NodeID != "" {
@@ -128,7 +122,7 @@ func (a *Alloc) List(args *structs.AllocListRequest, reply *structs.AllocListRes
 			return err
 		}
 	}
-	return blockingQuery(a.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(a.srv, c, "Alloc.List", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			var allocs []*structs.Alloc
 			var err error

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 
 	metrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
@@ -136,15 +137,38 @@ var methodAccess = map[string]access{
 // authz checks the calls of one connection. A nil *authz is an in-process
 // call from the server itself (the release watcher calling ClientCSI) and
 // is always allowed.
+//
+// Where the checks sit (decision 37): the server a call enters on decides
+// it, before any forwarding, with what it sees of the caller (the
+// connection's certificate role, the token, a node's secret). A forwarded
+// call carries that identity (structs.CallOrigin) and the token, and the
+// server that serves it checks them again, never the forwarding server's
+// own connection. The one thing an entry server may leave to the leader is
+// what it cannot know yet because its state lags: a token or a node it has
+// not applied. Everything that depends on the connection is decided where
+// the connection is.
 type authz struct {
 	srv  Server
 	conn ConnInfo
 }
 
+// identity is who made a call as far as a connection can tell: the one the
+// call entered the cluster on.
+type identity struct {
+	tls  bool
+	role tlsutil.Role
+	// forwarded: the identity came from a forwarding server's CallOrigin,
+	// so this connection's remote address is not the caller's.
+	forwarded bool
+}
+
+func (id identity) serverCert() bool { return id.tls && id.role == tlsutil.RoleServer }
+
 // caller is who made a call, as far as the check needed to know.
 type caller struct {
 	srv   Server
 	token string
+	id    identity
 	// acl is the token's grants; nil when ACLs are off (everything allowed).
 	acl *acl.ACL
 	// server: a claimd server (certificate or server token), or in-process.
@@ -154,11 +178,116 @@ type caller struct {
 	// a node may call, where the node secret is checked first).
 	lazy bool
 	a    *authz
+	// mayDefer: the call entered here and goes to the leader next, so what
+	// this server cannot know yet (an unknown token or node) is left to
+	// the leader, which checks the same identity. deferred: that happened.
+	mayDefer, deferred bool
+	// tokenUnknown: the token resolved to "not found" on this server.
+	tokenUnknown bool
+	// node is the node whose secret authorized the call ("" if none).
+	node string
 }
 
-// check authorizes one call after forwarding: the server that serves a
-// call decides, with the caller's token forwarded unchanged.
+// gate is the first line of every endpoint that may forward: it authorizes
+// the call where it entered, then forwards it to the leader or says to
+// serve it here. extra, when not nil, is the method's own part of the
+// check that needs its arguments (which node a node secret must belong to:
+// see forNode); it runs after the access rule, on the entry server and
+// again on the server that serves the call. A call served here returns its
+// caller; done means the answer is in reply (or err).
+func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(*caller) error) (c *caller, done bool, err error) {
+	stale := args.IsRead() && args.AllowStaleRead()
+	entry := !args.IsForwarded() && !stale && !a.isLeader()
+	if c, err = a.authorize(method, args, extra, entry); err != nil {
+		return nil, true, err
+	}
+	if done, err = a.srv.Forward(method, args, args, reply); done {
+		return c, true, err
+	}
+	if c.mayDefer {
+		// Leadership came here while the call waited: it is served here
+		// after all, so it is decided here, with nothing left over.
+		if c, err = a.authorize(method, args, extra, false); err != nil {
+			return nil, true, err
+		}
+	}
+	return c, false, nil
+}
+
+// authorize is checkCall plus the method's own part.
+func (a *authz) authorize(method string, args structs.RPCInfo, extra func(*caller) error, mayDefer bool) (*caller, error) {
+	c, err := a.checkCall(method, args, mayDefer)
+	if err != nil || c.server || c.deferred || extra == nil {
+		return c, err
+	}
+	if err := extra(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// forNode is the extra check of a method a client agent may call with its
+// node secret: nodeOf names the node the call acts for as this server sees
+// it (known false when this server cannot tell, such as for an allocation
+// it has not applied). An entry server that cannot tell leaves it to the
+// leader; the server that serves the call treats an unknown node as none,
+// so only the token can allow the call.
+func (a *authz) forNode(method string, nodeOf func() (node string, known bool)) func(*caller) error {
+	return func(c *caller) error {
+		if !c.lazy {
+			// ACLs off: nothing to check.
+			return nil
+		}
+		node, known := nodeOf()
+		if !known && c.mayDefer {
+			c.deferred = true
+			return nil
+		}
+		return c.allowNode(a, method, node)
+	}
+}
+
+// check authorizes a call served here without forwarding (Status and
+// ClientCSI calls, which are never forwarded to the leader).
 func (a *authz) check(method string, args structs.Authenticated) (*caller, error) {
+	return a.checkCall(method, args, false)
+}
+
+func (a *authz) isLeader() bool {
+	r := a.srv.Raft()
+	return r != nil && r.State() == raft.Leader
+}
+
+// identify says who made the call. A call that entered here is this
+// connection, and its CallOrigin is overwritten with it (whatever the
+// caller put there is not believed). A forwarded call is the connection it
+// entered on, believed only from a server's TLS connection.
+func (a *authz) identify(method string, args structs.Authenticated) (identity, error) {
+	conn := identity{tls: a.conn.TLS, role: a.conn.Role}
+	info, ok := args.(structs.RPCInfo)
+	if !ok {
+		return conn, nil
+	}
+	origin := info.CallOrigin()
+	if !info.IsForwarded() {
+		*origin = structs.CallOrigin{TLS: conn.tls, Role: string(conn.role)}
+		return conn, nil
+	}
+	if conn.serverCert() {
+		return identity{tls: origin.TLS, role: tlsutil.Role(origin.Role), forwarded: true}, nil
+	}
+	if conn.tls {
+		return identity{}, a.deny(method, "a forwarded request must come from a server certificate")
+	}
+	// Over plaintext the forwarded flag proves nothing: the connection is
+	// the caller, with no role.
+	*origin = structs.CallOrigin{}
+	return conn, nil
+}
+
+// checkCall authorizes one call: who the caller is (identify), then what
+// the method's access rule needs of that identity and its token.
+func (a *authz) checkCall(method string, args structs.Authenticated, mayDefer bool) (*caller, error) {
 	if a == nil {
 		return &caller{server: true}, nil
 	}
@@ -166,28 +295,40 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 	if !ok {
 		return nil, a.deny(method, "no access rule for this method")
 	}
-	token := args.Token()
-	c := &caller{srv: a.srv, token: token, need: need}
-	if f, ok := args.(interface{ IsForwarded() bool }); ok && f.IsForwarded() && a.conn.TLS && a.conn.Role != tlsutil.RoleServer {
-		return nil, a.deny(method, "a forwarded request must come from a server certificate")
+	id, err := a.identify(method, args)
+	if err != nil {
+		return nil, err
 	}
+	token := args.Token()
+	c := &caller{srv: a.srv, token: token, id: id, need: need, a: a, mayDefer: mayDefer}
 	// A server certificate proves the caller is a server, not what the
 	// request may do: a forwarded request arrives on a server's connection
-	// with its user's token, and that token decides. Only the server token
-	// (which never leaves the servers) makes the server itself the caller.
+	// with its user's token and origin, and those decide. Only the server
+	// token (which never leaves the servers) makes the server itself the
+	// caller.
 	c.server = a.isServerToken(token)
-	serverCert := a.conn.Role == tlsutil.RoleServer
 	aclOn := a.srv.ACLEnabled()
 	switch need.kind {
 	case open:
 		return c, nil
 	case serverCertKind:
-		if !a.conn.TLS || serverCert {
+		// Bootstrap and join happen before a server has any state, so
+		// there is no token to show: only the certificate counts. A
+		// plaintext cluster has none; a server with TLS configured (even
+		// in migration mode) never takes a membership change or a hello
+		// over plaintext.
+		if id.serverCert() || (!id.tls && !a.conn.ServerTLS) {
 			return c, nil
 		}
 		return nil, a.deny(method, "a server certificate is required")
 	case serverOnly:
-		if serverCert || c.server || (!a.conn.TLS && !aclOn) {
+		if id.serverCert() || c.server {
+			return c, nil
+		}
+		if !id.tls && !aclOn && (!a.conn.ServerTLS || (!id.forwarded && a.fromRaftMember())) {
+			// Without ACLs a plaintext server has only its address to
+			// show: any caller in a plaintext cluster, and in migration
+			// mode only a host already in the Raft configuration.
 			return c, nil
 		}
 		return nil, a.deny(method, "only servers may call it")
@@ -208,31 +349,93 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 	}
 	if need.node {
 		// A client agent's node secret is the usual credential here: the
-		// handler checks it against the node the call acts for first, and
-		// resolves the token as an ACL token only if that fails.
-		c.a, c.lazy = a, true
+		// node check comes first, and the token is resolved as an ACL
+		// token only if that fails.
+		c.lazy = true
 		return c, nil
 	}
 	resolved, err := a.resolve(token)
 	if err != nil {
+		if mayDefer && errors.Is(err, errTokenNotFound) {
+			// This server may not have applied the token yet; the leader
+			// has, or refuses it.
+			c.deferred = true
+			return c, nil
+		}
 		return nil, a.deny(method, err.Error())
 	}
 	c.acl = resolved.ACL
-	switch need.kind {
+	if err := c.allowedBy(resolved); err != nil {
+		return nil, a.deny(method, err.Error())
+	}
+	return c, nil
+}
+
+// allowedBy checks a resolved token against the method's need.
+func (c *caller) allowedBy(resolved *Resolved) error {
+	switch c.need.kind {
 	case management:
-		if !c.acl.IsManagement() {
-			return nil, a.deny(method, "a management token is required")
+		if !resolved.ACL.IsManagement() {
+			return errors.New("a management token is required")
 		}
 	case anyToken:
 		if resolved.Token == nil {
-			return nil, a.deny(method, "an ACL token is required")
+			return errors.New("an ACL token is required")
 		}
 	case needCapability:
-		if !c.acl.Allow(need.res, need.cap) {
-			return nil, a.deny(method, fmt.Sprintf("the token does not grant %s:%s", need.res, need.cap))
+		if !resolved.ACL.Allow(c.need.res, c.need.cap) {
+			return fmt.Errorf("the token does not grant %s:%s", c.need.res, c.need.cap)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// fromRaftMember reports whether this connection's remote host is the
+// host of a server in the Raft configuration (migration mode's test for a
+// plaintext server-only call).
+func (a *authz) fromRaftMember() bool {
+	r := a.srv.Raft()
+	if r == nil {
+		return false
+	}
+	return RaftMemberHost(r, a.conn.Remote)
+}
+
+// RaftMemberHost reports whether remote (host:port) is on the host of a
+// server in r's current configuration. Hosts are compared as IP
+// addresses; a configuration address given by name is looked up.
+func RaftMemberHost(r *raft.Raft, remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		h, _, err := net.SplitHostPort(string(s.Address))
+		if err != nil {
+			continue
+		}
+		if sip := net.ParseIP(h); sip != nil {
+			if sip.Equal(ip) {
+				return true
+			}
+			continue
+		}
+		addrs, _ := net.LookupIP(h)
+		for _, a := range addrs {
+			if a.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // resolve turns a token into its ACL. A leader whose barrier is still
@@ -276,8 +479,12 @@ func (c *caller) granted() bool {
 	}
 	if c.lazy {
 		c.lazy, c.acl = false, acl.DenyAll
-		if resolved, err := c.a.resolve(c.token); err == nil {
+		resolved, err := c.a.resolve(c.token)
+		switch {
+		case err == nil:
 			c.acl = resolved.ACL
+		case errors.Is(err, errTokenNotFound):
+			c.tokenUnknown = true
 		}
 	}
 	return c.acl == nil || c.acl.Allow(c.need.res, c.need.cap)
@@ -285,7 +492,7 @@ func (c *caller) granted() bool {
 
 // isNode reports whether the caller authenticated as nodeID with its node
 // secret (constant-time comparison). Independent of ACLs: it decides who
-// sees a volume's secrets.
+// sees a volume's secrets and whose session is the node's.
 func (c *caller) isNode(nodeID string) bool {
 	if c == nil || c.srv == nil || c.token == "" || nodeID == "" {
 		return false
@@ -297,24 +504,60 @@ func (c *caller) isNode(nodeID string) bool {
 	return subtle.ConstantTimeCompare([]byte(n.SecretID), []byte(c.token)) == 1
 }
 
+// nodeKnown reports whether this server has applied nodeID's registration.
+func (c *caller) nodeKnown(nodeID string) bool {
+	n, err := c.srv.State().NodeByID(nil, nodeID)
+	return err == nil && n != nil
+}
+
 // allowNode is the second half of a capabilityOrNode check: the token's
 // capability, or the node secret of the node the call acts for.
 func (c *caller) allowNode(a *authz, method, nodeID string) error {
-	if c.isNode(nodeID) || c.granted() {
+	if c.isNode(nodeID) {
+		c.node = nodeID
 		return nil
 	}
-	if nodeID != "" && c.srv.Raft().State() != raft.Leader {
+	if c.granted() {
+		return nil
+	}
+	if c.mayDefer && (c.tokenUnknown || (nodeID != "" && !c.nodeKnown(nodeID))) {
+		// This server may lag: the leader decides, with the same caller.
+		c.deferred = true
+		return nil
+	}
+	if nodeID != "" && !a.isLeader() && !c.nodeKnown(nodeID) {
 		// A follower answering a stale read may not have applied the
 		// node's registration yet: that is "not yet", not "no".
-		if n, err := c.srv.State().NodeByID(nil, nodeID); err == nil && n == nil {
-			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-				"%s: this server does not know node %q yet; retry", method, nodeID))
-		}
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+			"%s: this server does not know node %q yet; retry", method, nodeID))
 	}
 	if nodeID == "" {
 		return a.deny(method, fmt.Sprintf("the token does not grant %s:%s", c.need.res, c.need.cap))
 	}
 	return a.deny(method, fmt.Sprintf("the token does not grant %s:%s and is not node %q's secret", c.need.res, c.need.cap, nodeID))
+}
+
+// stillAllowed checks the caller again, for a blocking query about to
+// answer after it waited: a token deleted (or expired, or a node
+// deregistered) while the query waited gets no fresh data.
+func (c *caller) stillAllowed(method string) error {
+	if c == nil || c.server || c.srv == nil || !c.srv.ACLEnabled() {
+		return nil
+	}
+	if c.node != "" {
+		if c.isNode(c.node) {
+			return nil
+		}
+		return c.a.deny(method, fmt.Sprintf("node %q's secret is no longer valid", c.node))
+	}
+	resolved, err := c.a.resolve(c.token)
+	if err != nil {
+		return c.a.deny(method, err.Error())
+	}
+	if err := c.allowedBy(resolved); err != nil {
+		return c.a.deny(method, err.Error())
+	}
+	return nil
 }
 
 // AccessRule describes what one method needs, for the authorization

@@ -17,8 +17,10 @@ type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
 
 // blockingQuery runs fn once, and again each time what it watched changes,
 // until the index passes opts.MinQueryIndex or the wait runs out. Without a
-// MinQueryIndex it runs fn once.
-func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+// MinQueryIndex it runs fn once. A query that waited checks its caller
+// again before it answers: a token deleted or expired, or a node
+// deregistered, while the query waited gets no fresh data.
+func blockingQuery(srv Server, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
 	// A read that may not be stale is served by the leader (Forward saw
 	// to that), and only from a state that holds everything committed.
 	if !opts.AllowStale {
@@ -33,6 +35,13 @@ func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMe
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
+	}
+	waited := false
+	answer := func() error {
+		if waited {
+			return c.stillAllowed(method)
+		}
+		return nil
 	}
 	for {
 		// One moment for the rows and the index (see StateStore.Snapshot).
@@ -51,16 +60,17 @@ func blockingQuery(srv Server, opts *structs.QueryOptions, meta *structs.QueryMe
 		meta.Index = idx
 		setLeaderMeta(srv, meta)
 		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex {
-			return nil
+			return answer()
 		}
 		select {
 		case <-srv.ShutdownCh():
 			return structs.ErrShutdown
 		default:
 		}
+		waited = true
 		if err := ws.WatchCtx(ctx); err != nil {
 			// Timed out: answer with what we have.
-			return nil
+			return answer()
 		}
 	}
 }

@@ -13,24 +13,19 @@ import (
 // (ControllerPublish only for new claims, never for a release: S5), and the
 // publish context is stored on the claim.
 func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeClaimResponse) error {
-	if done, err := v.srv.Forward("Volume.Claim", args, args, reply); done {
-		return err
-	}
-	c, err := v.auth.check("Volume.Claim", args)
-	if err != nil {
-		return err
-	}
 	// A client agent claims and releases only for allocations on its own
 	// node (see claimNode). Checked before validation, like every call: a
 	// caller that may not make it learns nothing from its arguments.
-	if err := c.allowNode(v.auth, "Volume.Claim", claimNode(v.srv, args)); err != nil {
+	c, done, err := v.auth.gate("Volume.Claim", args, reply, v.auth.forNode("Volume.Claim", func() (string, bool) { return claimNode(v.srv, args) }))
+	if done {
 		return err
 	}
 	if err := args.Validate(); err != nil {
 		return err
 	}
-	// The token has done its work: it is not written to the log.
-	args.AuthToken = ""
+	// The token and the origin have done their work: neither is written
+	// to the log.
+	args.AuthToken, args.Origin = "", structs.CallOrigin{}
 	res, index, err := v.srv.SubmitClaim(args)
 	if err != nil {
 		return err
@@ -207,12 +202,14 @@ func (v *Volume) recordPublished(claim *structs.Claim, publishContext map[string
 // the state machine does not check a release's node, so a node that named
 // itself could release another node's claim. No allocation, no node: only
 // a token that grants volume:claim may release then.
-func claimNode(srv Server, args *structs.VolumeClaimRequest) string {
+func claimNode(srv Server, args *structs.VolumeClaimRequest) (string, bool) {
 	if !args.Release {
-		return args.NodeID
+		return args.NodeID, true
 	}
 	if a, err := srv.State().AllocByID(nil, args.AllocID); err == nil && a != nil {
-		return a.NodeID
+		return a.NodeID, true
 	}
-	return ""
+	// An allocation this server does not have (yet): its node is unknown
+	// here. The server that serves the call refuses a node secret for it.
+	return "", false
 }

@@ -13,10 +13,8 @@ import (
 // unmount there; the skip is logged and recorded on each claim, and the
 // controller detach still runs.
 func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.VolumeDetachResponse) error {
-	if done, err := v.srv.Forward("Volume.Detach", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Detach", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Detach", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {

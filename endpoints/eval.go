@@ -17,16 +17,14 @@ type Eval struct {
 
 // Get reads one eval.
 func (e *Eval) Get(args *structs.EvalSpecificRequest, reply *structs.EvalResponse) error {
-	if done, err := e.srv.Forward("Eval.Get", args, args, reply); done {
-		return err
-	}
-	if _, err := e.auth.check("Eval.Get", args); err != nil {
+	c, done, err := e.auth.gate("Eval.Get", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
 		return err
 	}
-	return blockingQuery(e.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(e.srv, c, "Eval.Get", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			ev, err := state.EvalByID(ws, args.ID)
 			if err != nil {
@@ -45,16 +43,14 @@ func (e *Eval) Get(args *structs.EvalSpecificRequest, reply *structs.EvalRespons
 
 // List reads evals, optionally filtered by status and volume.
 func (e *Eval) List(args *structs.EvalListRequest, reply *structs.EvalListResponse) error {
-	if done, err := e.srv.Forward("Eval.List", args, args, reply); done {
-		return err
-	}
-	if _, err := e.auth.check("Eval.List", args); err != nil {
+	c, done, err := e.auth.gate("Eval.List", args, reply, nil)
+	if done {
 		return err
 	}
 	if args.Status != "" && !args.Status.Valid() {
 		return structs.Invalid("status", fmt.Sprintf("%q is not pending, complete or failed", args.Status))
 	}
-	return blockingQuery(e.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(e.srv, c, "Eval.List", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			var evals []*structs.Eval
 			var err error

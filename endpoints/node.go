@@ -19,11 +19,12 @@ type Node struct {
 }
 
 // bindSession records that the node's agent is on this call's session, so
-// servers can call the node back over it. Only a call that came straight
-// from the agent (not forwarded) tells us where the agent is, and only once
-// the call is authorized (by the leader, when forwarded): a refused call
-// that names a node must not draw the node's calls, and the volume secrets
-// they carry, to its own session.
+// servers can call the node back over it (with volume secrets, and with
+// node detaches whose success frees claims). Only a call that came straight
+// from the agent (not forwarded) tells us where the agent is, and only a
+// caller that proved the node's own secret may bind, move or replace the
+// node's session: no token, however privileged, redirects calls meant for
+// a node (decision 37).
 func (n *Node) bindSession(nodeID string, forwarded bool) {
 	if n.conn.Session != nil && !forwarded && nodeID != "" {
 		n.srv.NodeRouter().Conns().Add(nodeID, n.conn.Session)
@@ -33,31 +34,25 @@ func (n *Node) bindSession(nodeID string, forwarded bool) {
 // Register creates or updates a node and its plugin fingerprints.
 func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
 	forwarded := args.IsForwarded()
-	if !forwarded {
-		// Only this server sees the agent's certificate.
-		// A server certificate is as good: an agent run with -server and
-		// -client in one process (like -dev) has one certificate.
-		args.ClientCertified = n.conn.TLS && (n.conn.Role == tlsutil.RoleClient || n.conn.Role == tlsutil.RoleServer)
-	}
-	if done, err := n.srv.Forward("Node.Register", args, args, reply); done {
-		// The leader accepted the node: only now is this session its.
+	// Who may register before what: a caller that may not learns nothing
+	// from validation.
+	c, done, err := n.auth.gate("Node.Register", args, reply, func(c *caller) error { return n.allowRegister(c, args) })
+	if done {
+		// The leader accepted the registration, which carries the node's
+		// secret (its own, or a new node's first): only now is this
+		// session the node's.
 		if err == nil && args.Node != nil {
 			n.bindSession(args.Node.ID, forwarded)
 		}
 		return err
 	}
-	c, err := n.auth.check("Node.Register", args)
-	if err != nil {
-		return err
-	}
-	// Who may register before what: a caller that may not learns nothing
-	// from validation.
-	if err := n.allowRegister(c, args); err != nil {
-		return err
-	}
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
+	// What the entry server saw of the agent's certificate; kept on the
+	// request for the log as before (decided in allowRegister).
+	args.ClientCertified = clientCertified(c.id)
+	args.Origin = structs.CallOrigin{}
 	n.bindSession(args.Node.ID, forwarded)
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
@@ -72,9 +67,18 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	return nil
 }
 
+// clientCertified: the call entered on a TLS connection with a client
+// certificate. A server certificate is as good: an agent run with -server
+// and -client in one process (like -dev) has one certificate.
+func clientCertified(id identity) bool {
+	return id.tls && (id.role == tlsutil.RoleClient || id.role == tlsutil.RoleServer)
+}
+
 // allowRegister: a node that exists re-registers with its own secret; a new
 // node needs a token that grants node:write, or a client certificate
-// (whoever holds one was given it to run a client agent).
+// (whoever holds one was given it to run a client agent). The certificate
+// is the one the call entered the cluster with (its identity), never a
+// forwarding server's.
 func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error {
 	node := args.Node
 	if node == nil {
@@ -91,35 +95,42 @@ func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error
 		}
 		return nil
 	}
-	// A forwarded request says what the first server saw; it is believed
-	// only over a TLS connection from a server (check refuses a forwarded
-	// request over TLS from anything else; over plaintext it proves
-	// nothing).
-	certified := args.ClientCertified && (!args.IsForwarded() || (n.conn.TLS && n.conn.Role == tlsutil.RoleServer))
-	if c.granted() || certified {
+	if c.mayDefer && node.ID != "" {
+		// This server may not have applied the node yet: the leader
+		// knows whether it is new.
+		c.deferred = true
+		return nil
+	}
+	if c.lazy == false && c.acl == nil {
+		// ACLs off.
+		return nil
+	}
+	if clientCertified(c.id) || c.granted() {
+		return nil
+	}
+	if c.mayDefer && c.tokenUnknown {
+		c.deferred = true
 		return nil
 	}
 	return n.auth.deny("Node.Register", "a new node needs a client certificate or a token that grants node:write")
 }
 
-// UpdateStatus marks a node ready or down.
+// UpdateStatus marks a node ready or down (a heartbeat).
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
 	forwarded := args.IsForwarded()
-	if done, err := n.srv.Forward("Node.UpdateStatus", args, args, reply); done {
-		// The leader took the node's secret: only now is this session its.
-		if err == nil {
+	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true }))
+	if done {
+		// The leader took the call; the session is the node's only if
+		// the caller proved the node's secret here (c.node), not if a
+		// token allowed it.
+		if err == nil && c != nil && c.node == args.NodeID {
 			n.bindSession(args.NodeID, forwarded)
 		}
 		return err
 	}
-	c, err := n.auth.check("Node.UpdateStatus", args)
-	if err != nil {
-		return err
+	if c.node == args.NodeID {
+		n.bindSession(args.NodeID, forwarded)
 	}
-	if err := c.allowNode(n.auth, "Node.UpdateStatus", args.NodeID); err != nil {
-		return err
-	}
-	n.bindSession(args.NodeID, forwarded)
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
 	}
@@ -138,6 +149,7 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	}
 	index := node.ModifyIndex
 	if node.Status != args.Status {
+		args.Origin = structs.CallOrigin{}
 		if _, index, err = n.srv.Apply(structs.NodeUpdateStatusRequestType, args); err != nil {
 			return err
 		}
@@ -153,10 +165,8 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 
 // Deregister removes nodes; their allocations become lost.
 func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.GenericResponse) error {
-	if done, err := n.srv.Forward("Node.Deregister", args, args, reply); done {
-		return err
-	}
-	if _, err := n.auth.check("Node.Deregister", args); err != nil {
+	_, done, err := n.auth.gate("Node.Deregister", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.NodeIDs) == 0 {
@@ -181,16 +191,10 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 // terminal status turns the allocation's claims into past claims with a
 // pending volume-claim-gc eval, in the same entry (seed 2).
 func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *structs.GenericResponse) error {
-	if done, err := n.srv.Forward("Node.UpdateAlloc", args, args, reply); done {
-		return err
-	}
-	c, err := n.auth.check("Node.UpdateAlloc", args)
-	if err != nil {
-		return err
-	}
 	// A node reports only its own allocations: with NodeID set the state
 	// machine refuses an update for an alloc placed elsewhere.
-	if err := c.allowNode(n.auth, "Node.UpdateAlloc", args.NodeID); err != nil {
+	_, done, err := n.auth.gate("Node.UpdateAlloc", args, reply, n.auth.forNode("Node.UpdateAlloc", func() (string, bool) { return args.NodeID, true }))
+	if done {
 		return err
 	}
 	if len(args.Allocs) == 0 {
@@ -214,16 +218,14 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 
 // Get reads one node (secret ID hidden).
 func (n *Node) Get(args *structs.NodeSpecificRequest, reply *structs.NodeResponse) error {
-	if done, err := n.srv.Forward("Node.Get", args, args, reply); done {
-		return err
-	}
-	if _, err := n.auth.check("Node.Get", args); err != nil {
+	c, done, err := n.auth.gate("Node.Get", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
 		return err
 	}
-	return blockingQuery(n.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(n.srv, c, "Node.Get", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			node, err := state.NodeByID(ws, args.ID)
 			if err != nil {
@@ -243,13 +245,11 @@ func (n *Node) Get(args *structs.NodeSpecificRequest, reply *structs.NodeRespons
 
 // List reads all nodes.
 func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListResponse) error {
-	if done, err := n.srv.Forward("Node.List", args, args, reply); done {
+	c, done, err := n.auth.gate("Node.List", args, reply, nil)
+	if done {
 		return err
 	}
-	if _, err := n.auth.check("Node.List", args); err != nil {
-		return err
-	}
-	return blockingQuery(n.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(n.srv, c, "Node.List", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			nodes, err := state.Nodes(ws)
 			if err != nil {

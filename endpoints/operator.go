@@ -22,10 +22,8 @@ const membershipTimeout = 10 * time.Second
 // RaftGetConfiguration lists the Raft members. Consistent by default (the
 // leader answers); AllowStale answers from this server's view.
 func (o *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *structs.RaftConfigurationResponse) error {
-	if done, err := o.srv.Forward("Operator.RaftGetConfiguration", args, args, reply); done {
-		return err
-	}
-	if _, err := o.auth.check("Operator.RaftGetConfiguration", args); err != nil {
+	_, done, err := o.auth.gate("Operator.RaftGetConfiguration", args, reply, nil)
+	if done {
 		return err
 	}
 	r := o.srv.Raft()
@@ -50,10 +48,8 @@ func (o *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *str
 
 // RaftRemovePeer removes a server from the configuration by ID or address.
 func (o *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.GenericResponse) error {
-	if done, err := o.srv.Forward("Operator.RaftRemovePeer", args, args, reply); done {
-		return err
-	}
-	if _, err := o.auth.check("Operator.RaftRemovePeer", args); err != nil {
+	_, done, err := o.auth.gate("Operator.RaftRemovePeer", args, reply, nil)
+	if done {
 		return err
 	}
 	if args.ID == "" && args.Address == "" {
@@ -86,10 +82,8 @@ func (o *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.
 // left alone; one whose address now belongs to a new ID (a server that lost
 // its data dir) replaces the old entry.
 func (o *Operator) RaftJoin(args *structs.RaftJoinRequest, reply *structs.GenericResponse) error {
-	if done, err := o.srv.Forward("Operator.RaftJoin", args, args, reply); done {
-		return err
-	}
-	if _, err := o.auth.check("Operator.RaftJoin", args); err != nil {
+	_, done, err := o.auth.gate("Operator.RaftJoin", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("server.id", args.Server.ID); err != nil {
@@ -127,10 +121,8 @@ func (o *Operator) RaftJoin(args *structs.RaftJoinRequest, reply *structs.Generi
 // TransferLeadership asks the leader to hand over to another voter (the
 // one named, or one Raft picks).
 func (o *Operator) TransferLeadership(args *structs.TransferLeadershipRequest, reply *structs.GenericResponse) error {
-	if done, err := o.srv.Forward("Operator.TransferLeadership", args, args, reply); done {
-		return err
-	}
-	if _, err := o.auth.check("Operator.TransferLeadership", args); err != nil {
+	_, done, err := o.auth.gate("Operator.TransferLeadership", args, reply, nil)
+	if done {
 		return err
 	}
 	r := o.srv.Raft()

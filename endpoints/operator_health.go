@@ -15,10 +15,8 @@ import (
 // offered.
 func (o *Operator) RaftHealth(args *structs.GenericRequest, reply *structs.RaftHealthResponse) error {
 	args.AllowStale = false
-	if done, err := o.srv.Forward("Operator.RaftHealth", args, args, reply); done {
-		return err
-	}
-	if _, err := o.auth.check("Operator.RaftHealth", args); err != nil {
+	_, done, err := o.auth.gate("Operator.RaftHealth", args, reply, nil)
+	if done {
 		return err
 	}
 	h, err := o.srv.RaftHealth()

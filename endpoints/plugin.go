@@ -15,16 +15,14 @@ type Plugin struct {
 
 // Get reads one plugin.
 func (p *Plugin) Get(args *structs.PluginSpecificRequest, reply *structs.PluginResponse) error {
-	if done, err := p.srv.Forward("Plugin.Get", args, args, reply); done {
-		return err
-	}
-	if _, err := p.auth.check("Plugin.Get", args); err != nil {
+	c, done, err := p.auth.gate("Plugin.Get", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
 		return err
 	}
-	return blockingQuery(p.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(p.srv, c, "Plugin.Get", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			plug, err := state.PluginByID(ws, args.ID)
 			if err != nil {
@@ -43,13 +41,11 @@ func (p *Plugin) Get(args *structs.PluginSpecificRequest, reply *structs.PluginR
 
 // List reads all plugins.
 func (p *Plugin) List(args *structs.PluginListRequest, reply *structs.PluginListResponse) error {
-	if done, err := p.srv.Forward("Plugin.List", args, args, reply); done {
+	c, done, err := p.auth.gate("Plugin.List", args, reply, nil)
+	if done {
 		return err
 	}
-	if _, err := p.auth.check("Plugin.List", args); err != nil {
-		return err
-	}
-	return blockingQuery(p.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(p.srv, c, "Plugin.List", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			plugs, err := state.Plugins(ws)
 			if err != nil {

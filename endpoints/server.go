@@ -80,12 +80,16 @@ func NewClientCSI(srv Server) *ClientCSI { return &ClientCSI{srv: srv} }
 // ConnInfo describes the connection a call arrived on: Session is the
 // yamux session for ProtoMux connections, nil otherwise; TLS and Role say
 // whether it was TLS and what the peer's certificate names it; Remote is
-// the peer address for log lines.
+// the peer address (log lines, and migration mode's Raft member test).
 type ConnInfo struct {
 	Session *yamux.Session
 	TLS     bool
 	Role    tlsutil.Role
 	Remote  string
+	// ServerTLS: this server has TLS configured, so a plaintext
+	// connection is only there by -tls-allow-plaintext (migration mode),
+	// and gets nothing a migration does not need.
+	ServerTLS bool
 }
 
 // Receivers are the RPC receivers of one connection, by service name.

@@ -17,10 +17,8 @@ type System struct {
 // past claims that have none and retries every release at once; it does not
 // wait for any release, so a stuck one never blocks it (seed 2).
 func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.SystemGCResponse) error {
-	if done, err := s.srv.Forward("System.GarbageCollect", args, args, reply); done {
-		return err
-	}
-	if _, err := s.auth.check("System.GarbageCollect", args); err != nil {
+	_, done, err := s.auth.gate("System.GarbageCollect", args, reply, nil)
+	if done {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -33,10 +31,8 @@ func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.Sy
 // ReleaseStatus returns the leader's retry state of releases: attempts,
 // last error and next try, per volume.
 func (s *System) ReleaseStatus(args *structs.ReleaseStatusRequest, reply *structs.ReleaseStatusResponse) error {
-	if done, err := s.srv.Forward("System.ReleaseStatus", args, args, reply); done {
-		return err
-	}
-	if _, err := s.auth.check("System.ReleaseStatus", args); err != nil {
+	_, done, err := s.auth.gate("System.ReleaseStatus", args, reply, nil)
+	if done {
 		return err
 	}
 	reply.Volumes = s.srv.Watcher().Status()

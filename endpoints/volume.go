@@ -31,10 +31,8 @@ const maxVolumesPerRequest = 1000
 // size than recorded, a plugin that cannot expand, a token without what
 // expand needs) changes nothing. First registrations never call a plugin.
 func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.VolumeRegisterResponse) error {
-	if done, err := v.srv.Forward("Volume.Register", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Register", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Register", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.Volumes) == 0 {
@@ -128,10 +126,8 @@ func (v *Volume) registerGrowth(spec *structs.Volume, field string) (*growth, er
 
 // Deregister removes volumes.
 func (v *Volume) Deregister(args *structs.VolumeDeregisterRequest, reply *structs.GenericResponse) error {
-	if done, err := v.srv.Forward("Volume.Deregister", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Deregister", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Deregister", args, reply, nil)
+	if done {
 		return err
 	}
 	if len(args.VolumeIDs) == 0 {
@@ -149,16 +145,14 @@ func (v *Volume) Deregister(args *structs.VolumeDeregisterRequest, reply *struct
 
 // Get reads one volume; a missing volume is a not_found error.
 func (v *Volume) Get(args *structs.VolumeSpecificRequest, reply *structs.VolumeResponse) error {
-	if done, err := v.srv.Forward("Volume.Get", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Get", args); err != nil {
+	c, done, err := v.auth.gate("Volume.Get", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("id", args.ID); err != nil {
 		return err
 	}
-	return blockingQuery(v.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(v.srv, c, "Volume.Get", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			vol, err := state.VolumeByID(ws, args.ID)
 			if err != nil {
@@ -179,13 +173,11 @@ func (v *Volume) Get(args *structs.VolumeSpecificRequest, reply *structs.VolumeR
 
 // List reads all volumes, or those of one plugin.
 func (v *Volume) List(args *structs.VolumeListRequest, reply *structs.VolumeListResponse) error {
-	if done, err := v.srv.Forward("Volume.List", args, args, reply); done {
+	c, done, err := v.auth.gate("Volume.List", args, reply, nil)
+	if done {
 		return err
 	}
-	if _, err := v.auth.check("Volume.List", args); err != nil {
-		return err
-	}
-	return blockingQuery(v.srv, &args.QueryOptions, &reply.QueryMeta,
+	return blockingQuery(v.srv, c, "Volume.List", &args.QueryOptions, &reply.QueryMeta,
 		func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error) {
 			vols, err := state.Volumes(ws, args.PluginID)
 			if err != nil {

@@ -13,10 +13,8 @@ import (
 // CSI name, so a retry after a lost answer or under a new leader gets the
 // same plugin volume back (CSI CreateVolume is idempotent by name).
 func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.VolumeCreateResponse) error {
-	if done, err := v.srv.Forward("Volume.Create", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Create", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Create", args, reply, nil)
+	if done {
 		return err
 	}
 	spec := args.Volume
@@ -179,10 +177,8 @@ func needController(plug *structs.Plugin, field string, need controllerCap) *str
 // deregisters it. A volume with any claim, live or past, is refused: a node
 // may still have it attached. A plugin error leaves the volume registered.
 func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.GenericResponse) error {
-	if done, err := v.srv.Forward("Volume.Delete", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Delete", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Delete", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {

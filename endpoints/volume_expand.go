@@ -14,10 +14,8 @@ import (
 // call failing: the capacity is already grown and recorded, and repeating
 // the expansion, which every step allows, finishes the node.
 func (v *Volume) Expand(args *structs.VolumeExpandRequest, reply *structs.VolumeExpandResponse) error {
-	if done, err := v.srv.Forward("Volume.Expand", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.Expand", args); err != nil {
+	_, done, err := v.auth.gate("Volume.Expand", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := args.Validate(); err != nil {

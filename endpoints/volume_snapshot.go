@@ -15,10 +15,8 @@ import (
 // snapshot's name makes a retry find the same snapshot (CSI CreateSnapshot
 // is idempotent by name).
 func (v *Volume) SnapshotCreate(args *structs.VolumeSnapshotCreateRequest, reply *structs.VolumeSnapshotCreateResponse) error {
-	if done, err := v.srv.Forward("Volume.SnapshotCreate", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.SnapshotCreate", args); err != nil {
+	_, done, err := v.auth.gate("Volume.SnapshotCreate", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := args.Validate(); err != nil {
@@ -53,10 +51,8 @@ func (v *Volume) SnapshotCreate(args *structs.VolumeSnapshotCreateRequest, reply
 // SnapshotDelete has a controller plugin delete a snapshot. Volumes made
 // from it are not affected, and an unknown snapshot is success (CSI).
 func (v *Volume) SnapshotDelete(args *structs.VolumeSnapshotDeleteRequest, reply *structs.GenericResponse) error {
-	if done, err := v.srv.Forward("Volume.SnapshotDelete", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.SnapshotDelete", args); err != nil {
+	_, done, err := v.auth.gate("Volume.SnapshotDelete", args, reply, nil)
+	if done {
 		return err
 	}
 	if err := args.Validate(); err != nil {
@@ -85,10 +81,8 @@ func (v *Volume) SnapshotDelete(args *structs.VolumeSnapshotDeleteRequest, reply
 // plugin, one that cannot be asked is named in Unreachable and the others
 // are still listed.
 func (v *Volume) SnapshotList(args *structs.VolumeSnapshotListRequest, reply *structs.VolumeSnapshotListResponse) error {
-	if done, err := v.srv.Forward("Volume.SnapshotList", args, args, reply); done {
-		return err
-	}
-	if _, err := v.auth.check("Volume.SnapshotList", args); err != nil {
+	_, done, err := v.auth.gate("Volume.SnapshotList", args, reply, nil)
+	if done {
 		return err
 	}
 	var plugins []*structs.Plugin

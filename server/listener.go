@@ -78,6 +78,16 @@ func (s *Server) handleConn(conn net.Conn) {
 			s.refuse(conn, "raft connection without a server certificate", "role", string(info.Role))
 			return
 		}
+		// Migration mode (-tls-allow-plaintext) takes plaintext Raft only
+		// from a host already in the Raft configuration: a server not
+		// switched to TLS yet. Anyone else would read every secret in the
+		// log, or vote.
+		if !info.TLS && info.ServerTLS && !(s.raft != nil && endpoints.RaftMemberHost(s.raft.Raft, info.Remote)) {
+			s.security.PlaintextRefused.Add(1)
+			metrics.IncrCounter([]string{"tls", "plaintext_refused"}, 1)
+			s.refuse(conn, "plaintext raft connection refused: the host is not in the Raft configuration (migration mode)")
+			return
+		}
 		// Raft owns the connection from here.
 		s.stream.Handoff(conn)
 	case rpc.ProtoRPC:
@@ -105,7 +115,7 @@ func (s *Server) handleConn(conn net.Conn) {
 // opening cannot pile up past maxOpening, and each is closed after its
 // deadline.
 func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.Conn, bool) {
-	info := endpoints.ConnInfo{Remote: conn.RemoteAddr().String()}
+	info := endpoints.ConnInfo{Remote: conn.RemoteAddr().String(), ServerTLS: s.cfg.TLS != nil}
 	release, why := s.openSlot(conn)
 	if release == nil {
 		s.security.OpeningRefused.Add(1)

@@ -19,7 +19,7 @@ import "github.com/hashicorp/go-msgpack/v2/codec"
 const (
 	codecUTF8      = 1
 	codecValueMap  = 9
-	claimReqFields = 10
+	claimReqFields = 11
 )
 
 // plainVolumeClaimRequest has VolumeClaimRequest's fields and none of its
@@ -52,6 +52,13 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 	boolean("Forwarded", r.Forwarded)
 	str("Mode", string(r.Mode))
 	str("NodeID", r.NodeID)
+	ee.WriteMapElemKey()
+	ee.EncodeStringEnc(codecUTF8, "Origin")
+	ee.WriteMapElemValue()
+	ee.WriteMapStart(2)
+	str("Role", r.Origin.Role)
+	boolean("TLS", r.Origin.TLS)
+	ee.WriteMapEnd()
 	boolean("Release", r.Release)
 	str("VolumeID", r.VolumeID)
 	ee.WriteMapEnd()
@@ -107,6 +114,11 @@ func (r *VolumeClaimRequest) CodecDecodeSelf(d *codec.Decoder) {
 			r.Forwarded = boolean()
 		case "AuthToken":
 			r.AuthToken = str()
+		case "Origin":
+			r.Origin = CallOrigin{}
+			if !dd.TryDecodeAsNil() {
+				d.MustDecode(&r.Origin)
+			}
 		default:
 			gd.DecSwallow()
 		}

@@ -17,28 +17,35 @@ type QueryOptions struct {
 	// AuthToken is the caller's credential: an ACL token's secret ID, or a
 	// client agent's node secret. Forwarded unchanged; never logged.
 	AuthToken string
+	// Origin is the connection the request entered the cluster on, set by
+	// the server that received it before forwarding (see CallOrigin).
+	Origin CallOrigin
 }
 
-func (q *QueryOptions) IsRead() bool         { return true }
-func (q *QueryOptions) AllowStaleRead() bool { return q.AllowStale }
-func (q *QueryOptions) IsForwarded() bool    { return q.Forwarded }
-func (q *QueryOptions) SetForwarded(f bool)  { q.Forwarded = f }
-func (q *QueryOptions) Token() string        { return q.AuthToken }
-func (q *QueryOptions) SetToken(t string)    { q.AuthToken = t }
+func (q *QueryOptions) IsRead() bool            { return true }
+func (q *QueryOptions) AllowStaleRead() bool    { return q.AllowStale }
+func (q *QueryOptions) IsForwarded() bool       { return q.Forwarded }
+func (q *QueryOptions) SetForwarded(f bool)     { q.Forwarded = f }
+func (q *QueryOptions) Token() string           { return q.AuthToken }
+func (q *QueryOptions) SetToken(t string)       { q.AuthToken = t }
+func (q *QueryOptions) CallOrigin() *CallOrigin { return &q.Origin }
 
 // WriteRequest is embedded in every write request.
 type WriteRequest struct {
 	Forwarded bool
 	// AuthToken: see QueryOptions.AuthToken.
 	AuthToken string
+	// Origin: see QueryOptions.Origin.
+	Origin CallOrigin
 }
 
-func (w *WriteRequest) IsRead() bool         { return false }
-func (w *WriteRequest) AllowStaleRead() bool { return false }
-func (w *WriteRequest) IsForwarded() bool    { return w.Forwarded }
-func (w *WriteRequest) SetForwarded(f bool)  { w.Forwarded = f }
-func (w *WriteRequest) Token() string        { return w.AuthToken }
-func (w *WriteRequest) SetToken(t string)    { w.AuthToken = t }
+func (w *WriteRequest) IsRead() bool            { return false }
+func (w *WriteRequest) AllowStaleRead() bool    { return false }
+func (w *WriteRequest) IsForwarded() bool       { return w.Forwarded }
+func (w *WriteRequest) SetForwarded(f bool)     { w.Forwarded = f }
+func (w *WriteRequest) Token() string           { return w.AuthToken }
+func (w *WriteRequest) SetToken(t string)       { w.AuthToken = t }
+func (w *WriteRequest) CallOrigin() *CallOrigin { return &w.Origin }
 
 // RPCInfo is what the forwarding layer needs to know about a request.
 type RPCInfo interface {
@@ -46,7 +53,21 @@ type RPCInfo interface {
 	AllowStaleRead() bool
 	IsForwarded() bool
 	SetForwarded(bool)
+	// CallOrigin is where the request entered the cluster.
+	CallOrigin() *CallOrigin
 	Authenticated
+}
+
+// CallOrigin describes the connection a request entered the cluster on:
+// whether it was TLS and the role its certificate names ("server",
+// "client", "cli" or ""). The server that receives a request from its
+// caller overwrites it with what it saw; a server serving a forwarded
+// request believes it only when the request came from a server's TLS
+// connection, and then authorizes the original caller with it, never the
+// forwarding server (decision 37).
+type CallOrigin struct {
+	TLS  bool
+	Role string
 }
 
 // Authenticated is a request that carries the caller's credential. Clients
