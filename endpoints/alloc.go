@@ -68,7 +68,11 @@ func (a *Alloc) Stop(args *structs.AllocStopRequest, reply *structs.GenericRespo
 func (a *Alloc) Get(args *structs.AllocSpecificRequest, reply *structs.AllocResponse) error {
 	c, done, err := a.auth.gate("Alloc.Get", args, reply, a.auth.forNode("Alloc.Get", func() (string, bool) {
 		// A node may read its own node's allocations: which node that is,
-		// this server knows once it has the allocation.
+		// this server knows once it has the allocation. No allocation has
+		// an invalid ID, so no node's secret can read it.
+		if structs.ValidateID("id", args.ID) != nil {
+			return "", true
+		}
 		if al, err := a.srv.State().AllocByID(nil, args.ID); err == nil && al != nil {
 			return al.NodeID, true
 		}

@@ -68,7 +68,10 @@ func blockingQuery(srv Server, c *caller, method string, opts *structs.QueryOpti
 		default:
 		}
 		waited = true
-		if err := ws.WatchCtx(ctx); err != nil {
+		srv.Security().QueriesWaiting.Add(1)
+		err = ws.WatchCtx(ctx)
+		srv.Security().QueriesWaiting.Add(-1)
+		if err != nil {
 			// Timed out: answer with what we have.
 			return answer()
 		}

@@ -151,4 +151,7 @@ type SecurityCounters struct {
 	// OpeningRefused: connections closed at once because too many were
 	// still opening (in all, or from one address).
 	OpeningRefused atomic.Uint64
+	// QueriesWaiting: blocking queries waiting for a change now (each
+	// holds a goroutine until it answers or its wait runs out).
+	QueriesWaiting atomic.Int64
 }

@@ -90,4 +90,7 @@ type RuntimeStats struct {
 	TLSHandshakeFails uint64
 	PlaintextRefused  uint64
 	OpeningRefused    uint64
+	// QueriesWaiting is how many blocking queries wait for a change on
+	// this server now.
+	QueriesWaiting int64
 }
