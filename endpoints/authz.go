@@ -354,6 +354,14 @@ func (a *authz) checkCall(method string, args structs.Authenticated, mayDefer bo
 		c.lazy = true
 		return c, nil
 	}
+	if mayDefer && a.srv.State().ACLIndex() == 0 {
+		// This server has applied no ACL state at all (it is joining, or
+		// no leader has ever served): it cannot tell a token, or the
+		// anonymous policy, from nothing. The leader decides, or the
+		// caller learns there is none.
+		c.deferred = true
+		return c, nil
+	}
 	resolved, err := a.resolve(token)
 	if err != nil {
 		if mayDefer && errors.Is(err, errTokenNotFound) {
