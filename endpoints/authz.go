@@ -134,9 +134,10 @@ var methodAccess = map[string]access{
 	"ACL.TokenSelf":    {kind: anyToken},
 }
 
-// authz checks the calls of one connection. A nil *authz is an in-process
-// call from the server itself (the release watcher calling ClientCSI) and
-// is always allowed.
+// authz checks the calls of one connection. Every call through the
+// endpoints comes over a connection and is checked; the server's own work
+// (the release watcher, a claim's publish) calls package attachment
+// directly instead of going through an endpoint.
 //
 // Where the checks sit (decision 37): the server a call enters on decides
 // it, before any forwarding, with what it sees of the caller (the
@@ -288,9 +289,6 @@ func (a *authz) identify(method string, args structs.Authenticated) (identity, e
 // checkCall authorizes one call: who the caller is (identify), then what
 // the method's access rule needs of that identity and its token.
 func (a *authz) checkCall(method string, args structs.Authenticated, mayDefer bool) (*caller, error) {
-	if a == nil {
-		return &caller{server: true}, nil
-	}
 	need, ok := methodAccess[method]
 	if !ok {
 		return nil, a.deny(method, "no access rule for this method")

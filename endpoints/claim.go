@@ -56,123 +56,25 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 }
 
 // ensurePublished makes sure a live claim on a plugin that needs a
-// controller has been controller-published before the node may stage it. A
-// new claim is published here. A re-claim whose claim is not published yet
-// gets a retryable "in progress" while the publish runs on this server, or
-// publishes itself when no one is publishing it (the server that started
-// died or lost leadership before recording it).
-func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
-	if claim.ControllerPublished {
-		return nil
-	}
-	state := v.srv.State()
-	vol, err := state.VolumeByID(nil, claim.VolumeID)
-	if err != nil || vol == nil {
-		return err
-	}
-	plug, err := state.PluginSummary(nil, vol.PluginID)
-	if err != nil {
-		return err
-	}
-	if plug == nil || !plug.ControllerRequired {
-		return nil
-	}
-	done, ok := v.srv.Publishes().Begin(claim.VolumeID + "/" + claim.AllocID)
-	if !ok {
-		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-			"controller publish of volume %q for alloc %q is in progress; retry", claim.VolumeID, claim.AllocID))
-	}
-	defer done()
-	// No unpublish of this volume from this node may run while we publish
-	// (see watcher.AttachLocks).
-	unlock := v.srv.AttachLocks().Lock(claim.VolumeID, claim.NodeID)
-	defer unlock()
-	// It may have been published while we waited for the tracker.
-	if vol, err = state.VolumeByID(nil, claim.VolumeID); err == nil && vol != nil {
-		if c := vol.LiveClaim(claim.AllocID); c != nil && c.ControllerPublished {
-			reply.Claim = c.Copy()
-			return nil
-		}
-		// An attachment is per (volume, node) (decision 19). One this node
-		// holds for another live claim serves this one too when it allows
-		// what this claim does (read-write serves a reader). One that
-		// cannot serve it (read-only for a writer; read-write for a reader
-		// whose claim is being released) must go first: asking the
-		// controller for the node again with the other read-only flag is
-		// what plugins refuse (AlreadyExists), so the claim waits,
-		// retryable, taken and unpublished, until the watcher has detached
-		// it. The watcher detaches only when no live published claim on the
-		// node is left.
-		share, blocker := nodeAttachment(vol, claim)
-		if share != nil {
-			return v.recordPublished(claim, share.PublishContext, reply)
-		}
-		if blocker != nil {
-			how := "read-write"
-			if blocker.Mode == structs.ClaimModeRead {
-				how = "read-only"
-			}
-			return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-				"volume %q is attached %s to node %q for alloc %q (%s); this %s claim waits until that attachment is released; retry",
-				vol.ID, how, claim.NodeID, blocker.AllocID, blocker.State, claim.Mode))
-		}
-	}
-	return v.controllerPublish(claim, reply)
-}
-
-// nodeAttachment looks at the other claims on the claim's node that hold
-// a controller attachment (published and not yet controller-detached). It
-// returns a live one whose attachment serves the claim, or else one whose
-// attachment has the other read-only flag (which the claim must wait
-// out), or neither: then the controller is asked (for the same flag a
-// plugin answers an attachment it has as a success).
-func nodeAttachment(vol *structs.Volume, claim *structs.Claim) (share, blocker *structs.Claim) {
-	for _, other := range vol.AllClaims() {
-		if other.AllocID == claim.AllocID || other.NodeID != claim.NodeID || !other.ControllerPublished ||
-			other.State.Rank() >= structs.ClaimStateControllerDetached.Rank() {
-			continue
-		}
-		live := other.State == structs.ClaimStateTaken
-		if live && (other.Mode == structs.ClaimModeWrite || claim.Mode == structs.ClaimModeRead) {
-			return other, nil
-		}
-		if other.Mode != claim.Mode && blocker == nil {
-			blocker = other
-		}
-	}
-	return nil, blocker
-}
-
-// controllerPublish runs ControllerPublish for a claim and records it. If
-// the publish fails, the claim is released at once so that the
+// controller has been controller-published before the node may stage it
+// (package attachment decides, under the lock the release path takes too).
+// What this path adds is the Raft side: the publish recorded on the claim,
+// and a claim whose publish failed released at once so that the
 // server-driven detach cleans up whatever the plugin half did.
-func (v *Volume) controllerPublish(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
-	vol, err := v.srv.State().VolumeByID(nil, claim.VolumeID)
-	if err != nil || vol == nil {
-		return err
+func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
+	published, err := v.srv.Attachments().Publish(claim,
+		func(publishContext map[string]string) error { return v.recordPublished(claim, publishContext, reply) },
+		func() {
+			release := &structs.VolumeClaimRequest{VolumeID: claim.VolumeID, AllocID: claim.AllocID, Release: true}
+			if _, _, rerr := v.srv.SubmitClaim(release); rerr != nil {
+				v.srv.Logger().Error("releasing a claim whose controller publish failed", "volume", claim.VolumeID,
+					"alloc", claim.AllocID, "error", rerr)
+			}
+		})
+	if published != nil {
+		reply.Claim = published
 	}
-	attach := &structs.ClientCSIControllerAttachRequest{
-		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
-		VolumeID:           vol.ID,
-		ExternalID:         vol.ExternalID,
-		ExternalNodeID:     claim.ExternalNodeID,
-		AccessMode:         vol.AccessMode,
-		AttachmentMode:     vol.AttachmentMode,
-		ReadOnly:           claim.Mode == structs.ClaimModeRead,
-		MountOptions:       vol.MountOptions,
-		Secrets:            vol.Secrets,
-		VolumeContext:      vol.Context,
-	}
-	var attached structs.ClientCSIControllerAttachResponse
-	if err := (&ClientCSI{srv: v.srv}).ControllerAttachVolume(attach, &attached); err != nil {
-		release := &structs.VolumeClaimRequest{VolumeID: claim.VolumeID, AllocID: claim.AllocID, Release: true}
-		if _, _, rerr := v.srv.SubmitClaim(release); rerr != nil {
-			v.srv.Logger().Error("releasing a claim whose controller publish failed", "volume", claim.VolumeID,
-				"alloc", claim.AllocID, "error", rerr)
-		}
-		return structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))
-	}
-	return v.recordPublished(claim, attached.PublishContext, reply)
+	return err
 }
 
 // recordPublished records on the claim that its node holds the controller

@@ -1,22 +1,75 @@
 package endpoints
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-
+	"github.com/claimd/claimd/attachment"
 	"github.com/claimd/claimd/structs"
 )
 
-// ClientCSI is the server-side shim for calls meant for client nodes' CSI
-// plugins (seed 5). Controller calls find their own target: a healthy
-// controller of the plugin picked here when the caller names none, and the
-// named one checked when it does (seed 1); every call is then delivered
-// over the target node's session, one hop away at most.
+// ClientCSI is the RPC entry for calls meant for client nodes' CSI plugins
+// (seed 5), which only servers make: a server that does not hold the
+// target node's session sends them here, to the one that does. Each is
+// checked, then handed to the attachment manager, which picks and checks
+// a controller target (seed 1) and delivers the call over the node's
+// session, one hop away at most.
 type ClientCSI struct {
 	srv  Server
 	auth *authz
+}
+
+// csiCalls makes the same calls in process, for the server's own work
+// (a claim's publish, volume create, snapshot and expand): straight to the
+// attachment manager, since the call that started that work was checked
+// where it entered.
+type csiCalls struct{ m *attachment.Manager }
+
+func csiOf(srv Server) csiCalls { return csiCalls{m: srv.Attachments()} }
+
+func (c csiCalls) ControllerCreateVolume(args *structs.ClientCSIControllerCreateRequest, reply *structs.ClientCSIControllerCreateResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerCreateVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteRequest, reply *structs.ClientCSIControllerDeleteResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerDeleteVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerAttachVolume(args *structs.ClientCSIControllerAttachRequest, reply *structs.ClientCSIControllerAttachResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerAttachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerDetachVolume(args *structs.ClientCSIControllerDetachRequest, reply *structs.ClientCSIControllerDetachResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerDetachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerCreateSnapshot(args *structs.ClientCSIControllerSnapshotRequest, reply *structs.ClientCSIControllerSnapshotResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerCreateSnapshot", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerDeleteSnapshot(args *structs.ClientCSIControllerSnapshotDeleteRequest, reply *structs.ClientCSIControllerSnapshotDeleteResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerDeleteSnapshot", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerListSnapshots(args *structs.ClientCSIControllerSnapshotListRequest, reply *structs.ClientCSIControllerSnapshotListResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerListSnapshots", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) ControllerExpandVolume(args *structs.ClientCSIControllerExpandRequest, reply *structs.ClientCSIControllerExpandResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerExpandVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
+func (c csiCalls) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
+	return c.m.NodeDetach(args, reply)
+}
+
+func (c csiCalls) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest, reply *structs.ClientCSINodeExpandResponse) error {
+	return c.m.NodeExpand(args, reply)
 }
 
 // ControllerAttachVolume runs ControllerPublishVolume on a controller node.
@@ -24,8 +77,7 @@ func (c *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAtta
 	if _, err := c.auth.check("ClientCSI.ControllerAttachVolume", args); err != nil {
 		return err
 	}
-	return c.controllerCall("ClientCSI.ControllerAttachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	return csiOf(c.srv).ControllerAttachVolume(args, reply)
 }
 
 // ControllerDetachVolume runs ControllerUnpublishVolume on a controller node.
@@ -33,8 +85,7 @@ func (c *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 	if _, err := c.auth.check("ClientCSI.ControllerDetachVolume", args); err != nil {
 		return err
 	}
-	return c.controllerCall("ClientCSI.ControllerDetachVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	return csiOf(c.srv).ControllerDetachVolume(args, reply)
 }
 
 // ControllerCreateVolume runs CreateVolume on a controller node.
@@ -42,8 +93,7 @@ func (c *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCrea
 	if _, err := c.auth.check("ClientCSI.ControllerCreateVolume", args); err != nil {
 		return err
 	}
-	return c.controllerCall("ClientCSI.ControllerCreateVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	return csiOf(c.srv).ControllerCreateVolume(args, reply)
 }
 
 // ControllerDeleteVolume runs DeleteVolume on a controller node.
@@ -51,8 +101,7 @@ func (c *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 	if _, err := c.auth.check("ClientCSI.ControllerDeleteVolume", args); err != nil {
 		return err
 	}
-	return c.controllerCall("ClientCSI.ControllerDeleteVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	return csiOf(c.srv).ControllerDeleteVolume(args, reply)
 }
 
 // NodeDetachVolume runs NodeUnpublish (and NodeUnstage when no other
@@ -61,95 +110,5 @@ func (c *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, r
 	if _, err := c.auth.check("ClientCSI.NodeDetachVolume", args); err != nil {
 		return err
 	}
-	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
-		return err
-	}
-	if err := structs.ValidateID("plugin_id", args.PluginID); err != nil {
-		return err
-	}
-	if err := structs.ValidateID("volume_id", args.VolumeID); err != nil {
-		return err
-	}
-	if err := structs.ValidateID("alloc_id", args.AllocID); err != nil {
-		return err
-	}
-	return c.srv.NodeRouter().Call(context.Background(), args.NodeID, "ClientCSI.NodeDetachVolume", &args.NodeRouting, args, reply)
-}
-
-func (c *ClientCSI) controllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
-	args, reply any, answered func(string)) error {
-	if err := structs.ValidateID("plugin_id", q.PluginID); err != nil {
-		return err
-	}
-	if routing.Forwarded {
-		// The first server chose and checked the target already.
-		return c.srv.NodeRouter().Call(context.Background(), q.ControllerNodeID, method, routing, args, reply)
-	}
-	targets, err := c.controllerTargets(q)
-	if err != nil {
-		return err
-	}
-	requested := q.ControllerNodeID
-	defer func() { q.ControllerNodeID = requested }()
-	var errs []error
-	for _, node := range targets {
-		q.ControllerNodeID = node
-		err := c.srv.NodeRouter().Call(context.Background(), node, method, routing, args, reply)
-		if err == nil {
-			answered(node)
-			return nil
-		}
-		c.srv.Logger().Warn("controller call failed; trying the next controller", "method", method,
-			"plugin", q.PluginID, "node", node, "error", err)
-		errs = append(errs, fmt.Errorf("node %s: %w", node, err))
-		if !errors.Is(err, structs.ErrUnavailable) && !errors.Is(err, structs.ErrTimeout) {
-			// The plugin answered and refused: another controller of the
-			// same storage would refuse the same way.
-			return err
-		}
-	}
-	return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("no controller of plugin %q answered: %v", q.PluginID, errors.Join(errs...)))
-}
-
-// controllerTargets returns the nodes to try, in order: the named node first
-// when given (after checking it), then the other healthy controllers in
-// random order so that load spreads.
-func (c *ClientCSI) controllerTargets(q *structs.CSIControllerQuery) ([]string, error) {
-	plug, err := c.srv.State().PluginByID(nil, q.PluginID)
-	if err != nil {
-		return nil, err
-	}
-	if plug == nil {
-		return nil, structs.NotFound("plugin", q.PluginID)
-	}
-	var healthy []string
-	for _, id := range structs.SortedKeys(plug.Controllers) {
-		if !plug.Controllers[id].Healthy {
-			continue
-		}
-		node, err := c.srv.State().NodeByID(nil, id)
-		if err != nil {
-			return nil, err
-		}
-		if node != nil && node.Status == structs.NodeStatusReady {
-			healthy = append(healthy, id)
-		}
-	}
-	rand.Shuffle(len(healthy), func(i, j int) { healthy[i], healthy[j] = healthy[j], healthy[i] })
-	if q.ControllerNodeID != "" {
-		found := false
-		for i, id := range healthy {
-			if id == q.ControllerNodeID {
-				healthy[0], healthy[i] = healthy[i], healthy[0]
-				found = true
-			}
-		}
-		if !found {
-			return nil, structs.Invalid("controller_node_id", fmt.Sprintf("node %q does not run a healthy controller of plugin %q", q.ControllerNodeID, q.PluginID))
-		}
-	}
-	if len(healthy) == 0 {
-		return nil, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("plugin %q has no healthy controller", q.PluginID))
-	}
-	return healthy, nil
+	return csiOf(c.srv).NodeDetachVolume(args, reply)
 }

@@ -1,42 +1,37 @@
 package endpoints
 
-import (
-	"context"
-
-	"github.com/claimd/claimd/structs"
-)
+import "github.com/claimd/claimd/structs"
 
 // ControllerCreateSnapshot runs CreateSnapshot on a controller node.
 func (c *ClientCSI) ControllerCreateSnapshot(args *structs.ClientCSIControllerSnapshotRequest, reply *structs.ClientCSIControllerSnapshotResponse) error {
-	return c.checkedControllerCall("ClientCSI.ControllerCreateSnapshot", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	if _, err := c.auth.check("ClientCSI.ControllerCreateSnapshot", args); err != nil {
+		return err
+	}
+	return csiOf(c.srv).ControllerCreateSnapshot(args, reply)
 }
 
 // ControllerDeleteSnapshot runs DeleteSnapshot on a controller node.
 func (c *ClientCSI) ControllerDeleteSnapshot(args *structs.ClientCSIControllerSnapshotDeleteRequest, reply *structs.ClientCSIControllerSnapshotDeleteResponse) error {
-	return c.checkedControllerCall("ClientCSI.ControllerDeleteSnapshot", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	if _, err := c.auth.check("ClientCSI.ControllerDeleteSnapshot", args); err != nil {
+		return err
+	}
+	return csiOf(c.srv).ControllerDeleteSnapshot(args, reply)
 }
 
 // ControllerListSnapshots runs ListSnapshots on a controller node.
 func (c *ClientCSI) ControllerListSnapshots(args *structs.ClientCSIControllerSnapshotListRequest, reply *structs.ClientCSIControllerSnapshotListResponse) error {
-	return c.checkedControllerCall("ClientCSI.ControllerListSnapshots", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
+	if _, err := c.auth.check("ClientCSI.ControllerListSnapshots", args); err != nil {
+		return err
+	}
+	return csiOf(c.srv).ControllerListSnapshots(args, reply)
 }
 
 // ControllerExpandVolume runs ControllerExpandVolume on a controller node.
 func (c *ClientCSI) ControllerExpandVolume(args *structs.ClientCSIControllerExpandRequest, reply *structs.ClientCSIControllerExpandResponse) error {
-	return c.checkedControllerCall("ClientCSI.ControllerExpandVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
-		func(node string) { reply.ControllerNodeID = node })
-}
-
-// checkedControllerCall is the access check, then controllerCall.
-func (c *ClientCSI) checkedControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
-	args structs.Authenticated, reply any, answered func(string)) error {
-	if _, err := c.auth.check(method, args); err != nil {
+	if _, err := c.auth.check("ClientCSI.ControllerExpandVolume", args); err != nil {
 		return err
 	}
-	return c.controllerCall(method, q, routing, args, reply, answered)
+	return csiOf(c.srv).ControllerExpandVolume(args, reply)
 }
 
 // NodeExpandVolume runs NodeExpandVolume on a node that has the volume
@@ -46,12 +41,5 @@ func (c *ClientCSI) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest, r
 	if _, err := c.auth.check("ClientCSI.NodeExpandVolume", args); err != nil {
 		return err
 	}
-	for _, f := range []struct{ field, id string }{
-		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID},
-	} {
-		if err := structs.ValidateID(f.field, f.id); err != nil {
-			return err
-		}
-	}
-	return c.srv.NodeRouter().Call(context.Background(), args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
+	return csiOf(c.srv).NodeExpandVolume(args, reply)
 }

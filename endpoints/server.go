@@ -1,15 +1,15 @@
 package endpoints
 
 import (
-	"github.com/claimd/claimd/forward"
-	"github.com/hashicorp/yamux"
-	"time"
-
 	netrpc "net/rpc"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/yamux"
 
+	"github.com/claimd/claimd/attachment"
+	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
@@ -52,10 +52,9 @@ type Server interface {
 	// Watcher is the leader's release worker; Heartbeats its node timers.
 	Watcher() *watcher.Watcher
 	Heartbeats() *watcher.Heartbeats
-	// Publishes tracks the controller publishes in flight on this server.
-	Publishes() *PublishTracker
-	// AttachLocks serialise publish and unpublish of one volume on one node.
-	AttachLocks() *watcher.AttachLocks
+	// Attachments keeps the controller attachments: publish, the (volume,
+	// node) locks, controller target choice and node calls.
+	Attachments() *attachment.Manager
 	// ACLEnabled reports whether this server checks ACL tokens.
 	ACLEnabled() bool
 	// Tokens resolves ACL tokens (with a per-server cache).
@@ -72,10 +71,6 @@ type Server interface {
 	// on a server that does not lead).
 	RaftHealth() (*structs.RaftHealthResponse, error)
 }
-
-// NewClientCSI gives the server (and its watcher) the ClientCSI shim
-// without going through RPC.
-func NewClientCSI(srv Server) *ClientCSI { return &ClientCSI{srv: srv} }
 
 // ConnInfo describes the connection a call arrived on: Session is the
 // yamux session for ProtoMux connections, nil otherwise; TLS and Role say

@@ -58,7 +58,7 @@ func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.Volume
 	}
 
 	var created structs.ClientCSIControllerCreateResponse
-	err = NewClientCSI(v.srv).ControllerCreateVolume(&structs.ClientCSIControllerCreateRequest{
+	err = csiOf(v.srv).ControllerCreateVolume(&structs.ClientCSIControllerCreateRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: spec.PluginID},
 		Name:               spec.ID, CapacityMin: spec.CapacityMin, CapacityMax: spec.CapacityMax,
 		Capabilities: spec.Capabilities, MountOptions: spec.MountOptions, Parameters: spec.Parameters,
@@ -204,7 +204,7 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 		}
 	}
 	var out structs.ClientCSIControllerDeleteResponse
-	err = NewClientCSI(v.srv).ControllerDeleteVolume(&structs.ClientCSIControllerDeleteRequest{
+	err = csiOf(v.srv).ControllerDeleteVolume(&structs.ClientCSIControllerDeleteRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
 		VolumeID:           vol.ID, ExternalID: vol.ExternalID, Secrets: vol.Secrets,
 	}, &out)

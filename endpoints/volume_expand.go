@@ -99,7 +99,7 @@ func (v *Volume) run(x *expansion, out *structs.VolumeExpansion) (uint64, error)
 	capacity, nodesNeeded := x.capacity, true
 	if x.onController {
 		var grown structs.ClientCSIControllerExpandResponse
-		err := NewClientCSI(v.srv).ControllerExpandVolume(&structs.ClientCSIControllerExpandRequest{
+		err := csiOf(v.srv).ControllerExpandVolume(&structs.ClientCSIControllerExpandRequest{
 			CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
 			VolumeID:           vol.ID, ExternalID: vol.ExternalID, Capacity: x.capacity, CapacityMax: x.limit,
 			AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode, MountOptions: vol.MountOptions, Secrets: vol.Secrets,
@@ -153,7 +153,7 @@ func (v *Volume) expandOnNodes(vol *structs.Volume, capacity, limit int64) (expa
 			reason = fmt.Sprintf("node is %s", node.Status)
 		default:
 			var out structs.ClientCSINodeExpandResponse
-			err = NewClientCSI(v.srv).NodeExpandVolume(&structs.ClientCSINodeExpandRequest{
+			err = csiOf(v.srv).NodeExpandVolume(&structs.ClientCSINodeExpandRequest{
 				NodeID: id, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Capacity: capacity, CapacityMax: limit,
 			}, &out)
 			if err != nil {

@@ -34,7 +34,7 @@ func (v *Volume) SnapshotCreate(args *structs.VolumeSnapshotCreateRequest, reply
 		return err
 	}
 	var out structs.ClientCSIControllerSnapshotResponse
-	err = NewClientCSI(v.srv).ControllerCreateSnapshot(&structs.ClientCSIControllerSnapshotRequest{
+	err = csiOf(v.srv).ControllerCreateSnapshot(&structs.ClientCSIControllerSnapshotRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
 		Name:               args.Name, SourceExternalID: vol.ExternalID, Parameters: args.Parameters, Secrets: vol.Secrets,
 	}, &out)
@@ -66,7 +66,7 @@ func (v *Volume) SnapshotDelete(args *structs.VolumeSnapshotDeleteRequest, reply
 		return err
 	}
 	var out structs.ClientCSIControllerSnapshotDeleteResponse
-	err = NewClientCSI(v.srv).ControllerDeleteSnapshot(&structs.ClientCSIControllerSnapshotDeleteRequest{
+	err = csiOf(v.srv).ControllerDeleteSnapshot(&structs.ClientCSIControllerSnapshotDeleteRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: args.PluginID}, SnapshotID: args.SnapshotID,
 	}, &out)
 	if err != nil {
@@ -112,7 +112,7 @@ func (v *Volume) SnapshotList(args *structs.VolumeSnapshotListRequest, reply *st
 	reply.Snapshots = []*structs.Snapshot{}
 	for _, plug := range plugins {
 		var out structs.ClientCSIControllerSnapshotListResponse
-		err := NewClientCSI(v.srv).ControllerListSnapshots(&structs.ClientCSIControllerSnapshotListRequest{
+		err := csiOf(v.srv).ControllerListSnapshots(&structs.ClientCSIControllerSnapshotListRequest{
 			CSIControllerQuery: structs.CSIControllerQuery{PluginID: plug.ID}}, &out)
 		if err != nil {
 			if args.PluginID != "" {

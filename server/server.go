@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/claimd/claimd/attachment"
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
@@ -43,8 +44,7 @@ type Server struct {
 	nodes    *forward.NodeRouter
 	watcher  *watcher.Watcher
 	beats    *watcher.Heartbeats
-	pubs     *endpoints.PublishTracker
-	attach   *watcher.AttachLocks
+	attach   *attachment.Manager
 	// autopilot checks Raft health and removes dead servers while leading.
 	autopilot *autopilotDuty
 
@@ -176,12 +176,13 @@ func New(cfg Config) (*Server, error) {
 	s.boot = newBootstrapper(s)
 	s.claims = newBatcher("claim", s.commitClaims, s.shutdownCh)
 	s.checkpoints = newBatcher("checkpoint", s.commitCheckpoints, s.shutdownCh)
-	s.pubs = endpoints.NewPublishTracker()
-	s.attach = watcher.NewAttachLocks()
+	// One attachment keeper for the claim path's publishes and the
+	// watcher's unpublishes alike.
+	s.attach = attachment.New(s, s.nodes, s.logger)
 	s.watcher = watcher.New(watcher.Config{
 		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
-		GCInterval: cfg.ClaimGCInterval, Attach: s.attach, Logger: s.logger,
-	}, s, s, endpoints.NewClientCSI(s))
+		GCInterval: cfg.ClaimGCInterval, Logger: s.logger,
+	}, s, s, s.attach)
 	ttl := cfg.HeartbeatTTL
 	if ttl <= 0 {
 		ttl = defaultHeartbeatTTL
@@ -448,8 +449,5 @@ func (s *Server) Watcher() *watcher.Watcher { return s.watcher }
 // Heartbeats implements endpoints.Server.
 func (s *Server) Heartbeats() *watcher.Heartbeats { return s.beats }
 
-// Publishes implements endpoints.Server.
-func (s *Server) Publishes() *endpoints.PublishTracker { return s.pubs }
-
-// AttachLocks implements endpoints.Server.
-func (s *Server) AttachLocks() *watcher.AttachLocks { return s.attach }
+// Attachments implements endpoints.Server.
+func (s *Server) Attachments() *attachment.Manager { return s.attach }

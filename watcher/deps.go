@@ -20,20 +20,16 @@ type Applier interface {
 	Checkpoint(*structs.ClaimCheckpointRequest) (*structs.ClaimCheckpointResponse, uint64, error)
 }
 
-// NodeDetacher runs NodeUnpublish/NodeUnstage on a claim's node, wherever
-// its session is (the server's ClientCSI shim).
-type NodeDetacher interface {
-	NodeDetachVolume(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
-}
-
-// ControllerDetacher runs ControllerUnpublish on a healthy controller of the
-// plugin (the server's ClientCSI shim picks it).
-type ControllerDetacher interface {
-	ControllerDetachVolume(*structs.ClientCSIControllerDetachRequest, *structs.ClientCSIControllerDetachResponse) error
-}
-
-// CSI is both detachers.
-type CSI interface {
-	NodeDetacher
-	ControllerDetacher
+// Attachments is the release's side of the attachment invariant
+// (package attachment): a claim's node detach, then its controller detach,
+// which decides on fresh state under the lock the claim path's publish
+// takes too.
+type Attachments interface {
+	// NodeDetach runs NodeUnpublish/NodeUnstage on a claim's node,
+	// wherever its session is.
+	NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
+	// Unpublish controller-detaches a node-detached claim's volume from
+	// its node unless another claim there still needs the attachment;
+	// attachment.ErrVolumeDeregistered when the volume is gone.
+	Unpublish(vol *structs.Volume, c *structs.Claim) error
 }

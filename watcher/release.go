@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/claimd/claimd/attachment"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -138,73 +139,18 @@ func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) error {
 		AllocID: c.AllocID, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		ReadOnly: c.Mode == structs.ClaimModeRead,
 	}
-	return w.csi.NodeDetachVolume(req, &structs.ClientCSINodeDetachResponse{})
+	return w.attach.NodeDetach(req, &structs.ClientCSINodeDetachResponse{})
 }
 
-// controllerDetach unpublishes the volume from the claim's node, unless
-// the plugin needs no controller or the node still needs the attachment
-// for another claim (S4). The check and the detach happen under the
-// (volume, node) attach lock that new claims' publishes also take.
+// controllerDetach unpublishes the volume from the claim's node (package
+// attachment decides whether the node still needs it, S4). A volume gone
+// from the state ends the retries.
 func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error {
-	plug, err := w.state.State().PluginSummary(nil, vol.PluginID)
-	if err != nil {
-		return err
-	}
-	if plug == nil {
-		return fmt.Errorf("plugin %q has no instances; waiting for a controller", vol.PluginID)
-	}
-	if !plug.ControllerRequired {
-		return nil
-	}
-	// Hold the attachment of (volume, node) so that no new claim on this
-	// node is published while we decide and detach; decide on fresh state.
-	unlockAttach := w.attach.Lock(vol.ID, c.NodeID)
-	defer unlockAttach()
-	unlockPlugin := w.lockPlugin(vol.PluginID)
-	defer unlockPlugin()
-	fresh, err := w.state.State().VolumeByID(nil, vol.ID)
-	if err != nil {
-		return err
-	}
-	if fresh == nil {
+	err := w.attach.Unpublish(vol, c)
+	if errors.Is(err, attachment.ErrVolumeDeregistered) {
 		return &permanentError{reason: fmt.Sprintf("volume %q was deregistered; nothing can be released", vol.ID)}
 	}
-	for _, other := range fresh.AllClaims() {
-		if other.AllocID == c.AllocID || other.NodeID != c.NodeID {
-			continue
-		}
-		// A claim never controller-published holds no attachment and no
-		// mount here (its publish, which takes the same attach lock, runs
-		// either before we looked or after we detach). Counting it would
-		// keep a writer's read-write attachment alive for a reader whose
-		// read-only publish will be refused, and let failing claims starve
-		// the release (chaos regression WriterFreedWhileItsNodeStaysAttached).
-		if !other.ControllerPublished {
-			continue
-		}
-		if other.State == structs.ClaimStateTaken {
-			// On a single-writer volume a read-write attachment is the
-			// writer's place: readers sharing it (decision 19) keep it
-			// read-write, so the writer's claim must stay (and count as the
-			// writer) until they are gone, or a new writer could be attached
-			// on another node meanwhile (S1; found by the chaos suite).
-			if fresh.AccessMode == structs.AccessModeMultiNodeSingleWriter && c.Mode == structs.ClaimModeWrite {
-				return fmt.Errorf("waiting for alloc %s on the same node, which shares this writer's read-write attachment of a single-writer volume, to release it", other.AllocID)
-			}
-			w.logger.Debug("skipping controller detach: another live claim on the node uses the volume",
-				"volume", vol.ID, "node", c.NodeID, "alloc", c.AllocID, "other", other.AllocID)
-			return nil
-		}
-		if other.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
-			return fmt.Errorf("waiting for alloc %s on the same node to be node-detached first", other.AllocID)
-		}
-	}
-	req := &structs.ClientCSIControllerDetachRequest{
-		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
-		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: c.ExternalNodeID,
-		Secrets: fresh.Secrets,
-	}
-	return w.csi.ControllerDetachVolume(req, &structs.ClientCSIControllerDetachResponse{})
+	return err
 }
 
 // checkpoint records that a claim reached state, as a compare-and-set on

@@ -2,6 +2,8 @@ package watcher
 
 import (
 	"fmt"
+	"github.com/claimd/claimd/attachment"
+	"github.com/claimd/claimd/fsm/fsmtest"
 	"testing"
 	"time"
 
@@ -26,13 +28,13 @@ func TestSetBackoff_NextDelaysUseTheNewValues(t *testing.T) {
 // the GC interval on a running leader makes the GC find it now rather
 // than an hour later.
 func TestSetGCInterval_RunningLeaderPicksItUp(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	setup(t, l)
 	evals, _ := l.State().EvalsByStatus(nil, structs.EvalStatusPending)
 	for _, e := range evals {
-		l.must(t, structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: e.ID, Status: structs.EvalStatusFailed, StatusDescription: "lost, for the test"})
+		l.Must(t, structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: e.ID, Status: structs.EvalStatusFailed, StatusDescription: "lost, for the test"})
 	}
-	w := New(Config{GCInterval: time.Hour, BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, &recordingCSI{})
+	w := New(Config{GCInterval: time.Hour, BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, &recordingCSI{}, nil))
 	w.SetEnabled(true)
 	defer w.SetEnabled(false)
 	w.SetGCInterval(20 * time.Millisecond)

@@ -33,10 +33,7 @@ type Config struct {
 	// GCInterval is how often the claim GC looks for past claims with no
 	// pending eval.
 	GCInterval time.Duration
-	// Attach is shared with the claim path's ControllerPublish (nil = a
-	// private set, for tests).
-	Attach *AttachLocks
-	Logger hclog.Logger
+	Logger     hclog.Logger
 }
 
 // Watcher releases past claims. It runs only while enabled (on the leader).
@@ -45,12 +42,8 @@ type Watcher struct {
 	logger hclog.Logger
 	state  StateSource
 	apply  Applier
-	csi    CSI
-	attach *AttachLocks
+	attach Attachments
 	clock  *releaseClock
-
-	pluginMu    sync.Mutex
-	pluginLocks map[string]*sync.Mutex
 
 	mu      sync.Mutex
 	enabled bool
@@ -74,7 +67,7 @@ type volumeWork struct {
 }
 
 // New makes a disabled watcher.
-func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
+func New(cfg Config, state StateSource, apply Applier, attach Attachments) *Watcher {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
@@ -90,12 +83,9 @@ func New(cfg Config, state StateSource, apply Applier, csi CSI) *Watcher {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.Attach == nil {
-		cfg.Attach = NewAttachLocks()
-	}
 	return &Watcher{
-		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, csi: csi, attach: cfg.Attach,
-		clock: newReleaseClock(), pluginLocks: map[string]*sync.Mutex{}, vols: map[string]*volumeWork{}, gcReset: make(chan struct{}, 1),
+		cfg: cfg, logger: cfg.Logger.Named("watcher"), state: state, apply: apply, attach: attach,
+		clock: newReleaseClock(), vols: map[string]*volumeWork{}, gcReset: make(chan struct{}, 1),
 	}
 }
 
@@ -338,19 +328,6 @@ func (w *Watcher) pendingEvalIDs(volID string) []string {
 		}
 	}
 	return ids
-}
-
-// lockPlugin serialises destructive controller calls per plugin.
-func (w *Watcher) lockPlugin(pluginID string) func() {
-	w.pluginMu.Lock()
-	m := w.pluginLocks[pluginID]
-	if m == nil {
-		m = &sync.Mutex{}
-		w.pluginLocks[pluginID] = m
-	}
-	w.pluginMu.Unlock()
-	m.Lock()
-	return m.Unlock
 }
 
 // watchEvals enqueues the volume of every pending eval now and of every

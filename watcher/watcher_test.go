@@ -1,94 +1,43 @@
 package watcher
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
-	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/attachment"
+	"github.com/claimd/claimd/fsm/fsmtest"
 	"github.com/claimd/claimd/structs"
 )
 
-// localFSM applies entries straight to a real FSM: the watcher's Applier
-// and StateSource without Raft or a network.
-type localFSM struct {
-	mu    sync.Mutex
-	f     *fsm.FSM
-	index uint64
-}
-
-func newLocalFSM() *localFSM { return &localFSM{f: fsm.New(nil)} }
-
-func (l *localFSM) State() *fsm.StateStore { return l.f.State() }
-
-func (l *localFSM) Apply(t structs.MessageType, msg any) (any, uint64, error) {
-	buf, err := structs.Encode(t, msg)
-	if err != nil {
-		return nil, 0, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.index++
-	resp := l.f.Apply(&raft.Log{Index: l.index, Data: buf})
-	if err, ok := resp.(error); ok {
-		return nil, l.index, err
-	}
-	return resp, l.index, nil
-}
-
-// Checkpoint applies one checkpoint as a batch of one, as the server's
-// batcher would.
-func (l *localFSM) Checkpoint(req *structs.ClaimCheckpointRequest) (*structs.ClaimCheckpointResponse, uint64, error) {
-	raw, index, err := l.Apply(structs.CheckpointBatchRequestType, &structs.CheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{req}})
-	if err != nil {
-		return nil, index, err
-	}
-	res := raw.(*structs.CheckpointBatchResponse).Results[0]
-	if err := res.Err(); err != nil {
-		return nil, index, err
-	}
-	return &structs.ClaimCheckpointResponse{Claim: res.Claim}, index, nil
-}
-
-func (l *localFSM) must(t *testing.T, mt structs.MessageType, msg any) any {
-	t.Helper()
-	resp, _, err := l.Apply(mt, msg)
-	if err != nil {
-		t.Fatalf("apply %d: %v", mt, err)
-	}
-	return resp
-}
-
-// recordingCSI counts the detach calls and fails node detaches on demand.
+// recordingCSI stands in for the client nodes: it counts the detach calls
+// the real attachment manager delivers, and fails node detaches on demand.
 type recordingCSI struct {
 	mu        sync.Mutex
 	calls     []string
 	nodeFails int
 }
 
-func (r *recordingCSI) NodeDetachVolume(a *structs.ClientCSINodeDetachRequest, _ *structs.ClientCSINodeDetachResponse) error {
+func (r *recordingCSI) Call(_ context.Context, _, method string, _ *structs.NodeRouting, args, _ any) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.nodeFails > 0 {
-		r.nodeFails--
-		r.calls = append(r.calls, "node-fail "+a.AllocID)
-		return structs.NewError(structs.CodeUnavailable, "node plugin missing")
+	switch a := args.(type) {
+	case *structs.ClientCSINodeDetachRequest:
+		if r.nodeFails > 0 {
+			r.nodeFails--
+			r.calls = append(r.calls, "node-fail "+a.AllocID)
+			return structs.NewError(structs.CodeUnavailable, "node plugin missing")
+		}
+		r.calls = append(r.calls, "node "+a.AllocID)
+		return nil
+	case *structs.ClientCSIControllerDetachRequest:
+		r.calls = append(r.calls, "controller "+a.ExternalNodeID)
+		return nil
 	}
-	r.calls = append(r.calls, "node "+a.AllocID)
-	return nil
-}
-
-func (r *recordingCSI) ControllerDetachVolume(a *structs.ClientCSIControllerDetachRequest, _ *structs.ClientCSIControllerDetachResponse) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, "controller "+a.ExternalNodeID)
-	return nil
+	return fmt.Errorf("unexpected node call %s", method)
 }
 
 func (r *recordingCSI) log() []string {
@@ -100,24 +49,24 @@ func (r *recordingCSI) log() []string {
 // setup: one node running plugin p (controller required), one volume with a
 // write claim by alloc a1 that is then reported complete (a past claim with
 // a pending eval).
-func setup(t *testing.T, l *localFSM) {
+func setup(t *testing.T, l *fsmtest.Local) {
 	t.Helper()
 	info := &structs.CSIInfo{PluginID: "p", Healthy: true, RequiresControllerPlugin: true, ExternalNodeID: "ext-n1"}
-	l.must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
+	l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
 		ID: "n1", SecretID: "s", Status: structs.NodeStatusReady,
 		CSINodePlugins: map[string]*structs.CSIInfo{"p": info}, CSIControllerPlugins: map[string]*structs.CSIInfo{"p": info},
 	}})
-	l.must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
+	l.Must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
 		ID: "v1", ExternalID: "e1", PluginID: "p", AccessMode: structs.AccessModeSingleNodeWriter,
 		AttachmentMode: structs.AttachmentModeFilesystem}}})
-	l.must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
+	l.Must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
 		ID: "a1", NodeID: "n1", Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}}})
-	resp := l.must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{{
+	resp := l.Must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{{
 		VolumeID: "v1", AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite}}}).(*structs.ClaimBatchResponse)
 	if err := resp.Results[0].Err(); err != nil {
 		t.Fatal(err)
 	}
-	l.must(t, structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1",
+	l.Must(t, structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1",
 		Allocs: []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete}}})
 }
 
@@ -136,7 +85,7 @@ func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
 	}
 }
 
-func freed(l *localFSM) error {
+func freed(l *fsmtest.Local) error {
 	v, _ := l.State().VolumeByID(nil, "v1")
 	if v.HasClaims() {
 		return fmt.Errorf("claims exp: none got: past=%v", v.PastClaims)
@@ -150,17 +99,17 @@ func freed(l *localFSM) error {
 
 // startWatcher runs a leader's watcher over l with millisecond backoff,
 // until the test ends, and returns the CSI calls it makes.
-func startWatcher(t *testing.T, l *localFSM) *recordingCSI {
+func startWatcher(t *testing.T, l *fsmtest.Local) *recordingCSI {
 	t.Helper()
 	csi := &recordingCSI{}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, csi)
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
 	w.SetEnabled(true)
 	t.Cleanup(func() { w.SetEnabled(false) })
 	return csi
 }
 
 func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	setup(t, l)
 	csi := startWatcher(t, l)
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
@@ -170,10 +119,10 @@ func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
 }
 
 func TestWatcher_FailedNodeDetachRetriesWithBackoffAndNeverDetachesController(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	setup(t, l)
 	csi := &recordingCSI{nodeFails: 3}
-	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, csi)
+	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
 	w.SetEnabled(true)
 	defer w.SetEnabled(false)
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
@@ -184,10 +133,10 @@ func TestWatcher_FailedNodeDetachRetriesWithBackoffAndNeverDetachesController(t 
 }
 
 func TestWatcher_DisabledDoesNothingAndReEnableResumes(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	setup(t, l)
 	csi := &recordingCSI{nodeFails: 1000}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, csi)
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
 	w.SetEnabled(true)
 	waitFor(t, 5*time.Second, func() error {
 		if w.Status()["v1"].Attempts < 2 {
@@ -226,22 +175,15 @@ func TestBackoff_GrowsAndIsCapped(t *testing.T) {
 	}
 }
 
-// bufferSink is a raft.SnapshotSink in memory.
-type bufferSink struct{ bytes.Buffer }
-
-func (*bufferSink) ID() string    { return "test" }
-func (*bufferSink) Cancel() error { return nil }
-func (*bufferSink) Close() error  { return nil }
-
 func TestWatcher_ReleasesEvalsThatBecomePendingAfterItStarted(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	csi := startWatcher(t, l)
 	setup(t, l) // the pending eval is written after the watcher's first look
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
 	// A second release, after the watcher has moved past the first eval.
-	l.must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
+	l.Must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
 		ID: "a2", NodeID: "n1", Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}}})
-	l.must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
+	l.Must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
 		{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeWrite},
 		{VolumeID: "v1", AllocID: "a2", Release: true}}})
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
@@ -253,29 +195,18 @@ func TestWatcher_ReleasesEvalsThatBecomePendingAfterItStarted(t *testing.T) {
 // A restore replaces the state store with one whose pending eval may have
 // a lower index than any the watcher has seen: it must look from the start.
 func TestWatcher_RestoredStateIsReadFromTheStart(t *testing.T) {
-	l := newLocalFSM()
+	l := fsmtest.New()
 	for i := range 5 { // push the indexes of l's own entries above the snapshot's
-		l.must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
+		l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
 			ID: fmt.Sprintf("other-%d", i), SecretID: "s", Status: structs.NodeStatusReady}})
 	}
 	setup(t, l)
 	csi := startWatcher(t, l)
 	waitFor(t, 5*time.Second, func() error { return freed(l) })
 
-	other := newLocalFSM()
+	other := fsmtest.New()
 	setup(t, other) // its pending eval has a lower ModifyIndex than l's had
-	snap, err := other.f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink bufferSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	l.mu.Lock()
-	err = l.f.Restore(io.NopCloser(&sink))
-	l.mu.Unlock()
-	if err != nil {
+	if err := l.RestoreFrom(other); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, func() error { return freed(l) })

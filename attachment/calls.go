@@ -1,0 +1,121 @@
+package attachment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// ControllerCall delivers a controller call (method names the client
+// agent's handler, "ClientCSI.ControllerAttachVolume") to a controller of
+// q.PluginID: the named node after checking it runs a healthy controller,
+// then the other healthy controllers in random order, so that load spreads
+// and a controller that is down is passed over. A plugin that answered and
+// refused is not asked again elsewhere: another controller of the same
+// storage would refuse the same way. answered is told which node answered.
+// A call already forwarded once goes only to the node it names.
+func (m *Manager) ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
+	args, reply any, answered func(node string)) error {
+	if err := structs.ValidateID("plugin_id", q.PluginID); err != nil {
+		return err
+	}
+	if routing.Forwarded {
+		// The first server chose and checked the target already.
+		return m.nodes.Call(context.Background(), q.ControllerNodeID, method, routing, args, reply)
+	}
+	targets, err := m.controllerTargets(q)
+	if err != nil {
+		return err
+	}
+	requested := q.ControllerNodeID
+	defer func() { q.ControllerNodeID = requested }()
+	var errs []error
+	for _, node := range targets {
+		q.ControllerNodeID = node
+		err := m.nodes.Call(context.Background(), node, method, routing, args, reply)
+		if err == nil {
+			answered(node)
+			return nil
+		}
+		m.logger.Warn("controller call failed; trying the next controller", "method", method,
+			"plugin", q.PluginID, "node", node, "error", err)
+		errs = append(errs, fmt.Errorf("node %s: %w", node, err))
+		if !errors.Is(err, structs.ErrUnavailable) && !errors.Is(err, structs.ErrTimeout) {
+			return err
+		}
+	}
+	return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("no controller of plugin %q answered: %v", q.PluginID, errors.Join(errs...)))
+}
+
+// controllerTargets returns the nodes to try, in order: the named node first
+// when given (after checking it), then the other healthy controllers in
+// random order.
+func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, error) {
+	state := m.state.State()
+	plug, err := state.PluginByID(nil, q.PluginID)
+	if err != nil {
+		return nil, err
+	}
+	if plug == nil {
+		return nil, structs.NotFound("plugin", q.PluginID)
+	}
+	var healthy []string
+	for _, id := range structs.SortedKeys(plug.Controllers) {
+		if !plug.Controllers[id].Healthy {
+			continue
+		}
+		node, err := state.NodeByID(nil, id)
+		if err != nil {
+			return nil, err
+		}
+		if node != nil && node.Status == structs.NodeStatusReady {
+			healthy = append(healthy, id)
+		}
+	}
+	rand.Shuffle(len(healthy), func(i, j int) { healthy[i], healthy[j] = healthy[j], healthy[i] })
+	if q.ControllerNodeID != "" {
+		found := false
+		for i, id := range healthy {
+			if id == q.ControllerNodeID {
+				healthy[0], healthy[i] = healthy[i], healthy[0]
+				found = true
+			}
+		}
+		if !found {
+			return nil, structs.Invalid("controller_node_id", fmt.Sprintf("node %q does not run a healthy controller of plugin %q", q.ControllerNodeID, q.PluginID))
+		}
+	}
+	if len(healthy) == 0 {
+		return nil, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("plugin %q has no healthy controller", q.PluginID))
+	}
+	return healthy, nil
+}
+
+// NodeDetach runs NodeUnpublish (and NodeUnstage when no other allocation
+// on the node uses the volume) on the claim's node, over its session.
+func (m *Manager) NodeDetach(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
+	for _, f := range []struct{ field, id string }{
+		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID}, {"alloc_id", args.AllocID},
+	} {
+		if err := structs.ValidateID(f.field, f.id); err != nil {
+			return err
+		}
+	}
+	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeDetachVolume", &args.NodeRouting, args, reply)
+}
+
+// NodeExpand runs NodeExpandVolume on a node that has the volume staged or
+// published, over its session.
+func (m *Manager) NodeExpand(args *structs.ClientCSINodeExpandRequest, reply *structs.ClientCSINodeExpandResponse) error {
+	for _, f := range []struct{ field, id string }{
+		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID},
+	} {
+		if err := structs.ValidateID(f.field, f.id); err != nil {
+			return err
+		}
+	}
+	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
+}

@@ -1,0 +1,80 @@
+package attachment
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// ErrVolumeDeregistered: the volume of a past claim is gone from the
+// state, so nothing is left to release (the watcher stops retrying).
+var ErrVolumeDeregistered = errors.New("volume deregistered")
+
+// Unpublish controller-detaches the volume from a past claim's node,
+// unless the plugin needs no controller or the node still needs the
+// attachment for another claim (S4). It is called only after the claim's
+// node detach (S3). The check and the detach happen under the (volume,
+// node) lock that new claims' publishes also take, on fresh state, and one
+// destructive controller call per plugin runs at a time.
+func (m *Manager) Unpublish(vol *structs.Volume, c *structs.Claim) error {
+	plug, err := m.state.State().PluginSummary(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plug == nil {
+		return fmt.Errorf("plugin %q has no instances; waiting for a controller", vol.PluginID)
+	}
+	if !plug.ControllerRequired {
+		return nil
+	}
+	unlockAttach := m.locks.Lock(vol.ID, c.NodeID)
+	defer unlockAttach()
+	unlockPlugin := m.plugins.lock(vol.PluginID)
+	defer unlockPlugin()
+	fresh, err := m.state.State().VolumeByID(nil, vol.ID)
+	if err != nil {
+		return err
+	}
+	if fresh == nil {
+		return fmt.Errorf("%w: volume %q was deregistered; nothing can be released", ErrVolumeDeregistered, vol.ID)
+	}
+	for _, other := range fresh.AllClaims() {
+		if other.AllocID == c.AllocID || other.NodeID != c.NodeID {
+			continue
+		}
+		// A claim never controller-published holds no attachment and no
+		// mount here (its publish, which takes the same lock, runs either
+		// before we looked or after we detach). Counting it would keep a
+		// writer's read-write attachment alive for a reader whose
+		// read-only publish will be refused, and let failing claims starve
+		// the release (chaos regression WriterFreedWhileItsNodeStaysAttached).
+		if !other.ControllerPublished {
+			continue
+		}
+		if other.State == structs.ClaimStateTaken {
+			// On a single-writer volume a read-write attachment is the
+			// writer's place: readers sharing it (decision 19) keep it
+			// read-write, so the writer's claim must stay (and count as the
+			// writer) until they are gone, or a new writer could be attached
+			// on another node meanwhile (S1; found by the chaos suite).
+			if fresh.AccessMode == structs.AccessModeMultiNodeSingleWriter && c.Mode == structs.ClaimModeWrite {
+				return fmt.Errorf("waiting for alloc %s on the same node, which shares this writer's read-write attachment of a single-writer volume, to release it", other.AllocID)
+			}
+			m.logger.Debug("skipping controller detach: another live claim on the node uses the volume",
+				"volume", vol.ID, "node", c.NodeID, "alloc", c.AllocID, "other", other.AllocID)
+			return nil
+		}
+		if other.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+			return fmt.Errorf("waiting for alloc %s on the same node to be node-detached first", other.AllocID)
+		}
+	}
+	req := &structs.ClientCSIControllerDetachRequest{
+		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
+		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: c.ExternalNodeID,
+		Secrets: fresh.Secrets,
+	}
+	var reply structs.ClientCSIControllerDetachResponse
+	return m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
