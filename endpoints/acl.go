@@ -14,7 +14,7 @@ import (
 // ACL manages ACL policies and tokens. Every write is one Raft entry; a
 // token's secret is returned once, to the caller that created it.
 type ACL struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 
@@ -39,7 +39,7 @@ func (a *ACL) Bootstrap(args *structs.ACLBootstrapRequest, reply *structs.ACLTok
 	if err != nil {
 		return err
 	}
-	a.srv.Logger().Info("ACL bootstrap done", "accessor_id", tok.AccessorID, "index", index, "remote", a.auth.conn.Remote)
+	a.srv.Logger.Info("ACL bootstrap done", "accessor_id", tok.AccessorID, "index", index, "remote", a.auth.conn.Remote)
 	tok.CreateIndex, tok.ModifyIndex = index, index
 	reply.Token, reply.Index = tok, index
 	return nil

@@ -11,7 +11,7 @@ import (
 
 // Alloc places, stops and reads allocations.
 type Alloc struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 

@@ -4,10 +4,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
 
 	metrics "github.com/hashicorp/go-metrics/compat"
-	"github.com/hashicorp/raft"
 
 	"github.com/claimd/claimd/acl"
 	"github.com/claimd/claimd/structs"
@@ -149,7 +147,7 @@ var methodAccess = map[string]access{
 // not applied. Everything that depends on the connection is decided where
 // the connection is.
 type authz struct {
-	srv  Server
+	srv  *Deps
 	conn ConnInfo
 }
 
@@ -167,7 +165,7 @@ func (id identity) serverCert() bool { return id.tls && id.role == tlsutil.RoleS
 
 // caller is who made a call, as far as the check needed to know.
 type caller struct {
-	srv   Server
+	srv   *Deps
 	token string
 	id    identity
 	// acl is the token's grants; nil when ACLs are off (everything allowed).
@@ -254,10 +252,7 @@ func (a *authz) check(method string, args structs.Authenticated) (*caller, error
 	return a.checkCall(method, args, false)
 }
 
-func (a *authz) isLeader() bool {
-	r := a.srv.Raft()
-	return r != nil && r.State() == raft.Leader
-}
+func (a *authz) isLeader() bool { return a.srv.IsLeader() }
 
 // identify says who made the call. A call that entered here is this
 // connection, and its CallOrigin is overwritten with it (whatever the
@@ -399,50 +394,7 @@ func (c *caller) allowedBy(resolved *Resolved) error {
 // fromRaftMember reports whether this connection's remote host is the
 // host of a server in the Raft configuration (migration mode's test for a
 // plaintext server-only call).
-func (a *authz) fromRaftMember() bool {
-	r := a.srv.Raft()
-	if r == nil {
-		return false
-	}
-	return RaftMemberHost(r, a.conn.Remote)
-}
-
-// RaftMemberHost reports whether remote (host:port) is on the host of a
-// server in r's current configuration. Hosts are compared as IP
-// addresses; a configuration address given by name is looked up.
-func RaftMemberHost(r *raft.Raft, remote string) bool {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false
-	}
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, s := range f.Configuration().Servers {
-		h, _, err := net.SplitHostPort(string(s.Address))
-		if err != nil {
-			continue
-		}
-		if sip := net.ParseIP(h); sip != nil {
-			if sip.Equal(ip) {
-				return true
-			}
-			continue
-		}
-		addrs, _ := net.LookupIP(h)
-		for _, a := range addrs {
-			if a.Equal(ip) {
-				return true
-			}
-		}
-	}
-	return false
-}
+func (a *authz) fromRaftMember() bool { return a.srv.RaftMemberHost(a.conn.Remote) }
 
 // resolve turns a token into its ACL. A leader whose barrier is still
 // pending may not have applied the entry that made the token: it waits for
@@ -450,9 +402,9 @@ func RaftMemberHost(r *raft.Raft, remote string) bool {
 // waiting on every unknown token would let anyone make the leader run a
 // quorum round per guess.
 func (a *authz) resolve(token string) (*Resolved, error) {
-	resolved, err := a.srv.Tokens().Resolve(a.srv.State(), token)
+	resolved, err := a.srv.Tokens.Resolve(a.srv.State(), token)
 	if errors.Is(err, errTokenNotFound) && a.srv.BarrierPending() && a.srv.WaitConsistentReads() == nil {
-		resolved, err = a.srv.Tokens().Resolve(a.srv.State(), token)
+		resolved, err = a.srv.Tokens.Resolve(a.srv.State(), token)
 	}
 	return resolved, err
 }
@@ -463,16 +415,16 @@ func (a *authz) isServerToken(token string) bool {
 	if token == "" || !a.srv.ACLEnabled() {
 		return false
 	}
-	secret := a.srv.Tokens().ServerSecret(a.srv.State())
+	secret := a.srv.Tokens.ServerSecret(a.srv.State())
 	return secret != "" && subtle.ConstantTimeCompare([]byte(secret), []byte(token)) == 1
 }
 
 // deny logs and counts a refusal and returns the error the caller sees.
 // Neither the log line nor the error carries the token.
 func (a *authz) deny(method, why string) error {
-	a.srv.Security().ACLDenied.Add(1)
+	a.srv.Security.ACLDenied.Add(1)
 	metrics.IncrCounterWithLabels([]string{"acl", "denied"}, 1, []metrics.Label{{Name: "method", Value: method}})
-	a.srv.Logger().Warn("permission denied", "method", method, "reason", why, "remote", a.conn.Remote)
+	a.srv.Logger.Warn("permission denied", "method", method, "reason", why, "remote", a.conn.Remote)
 	return structs.NewError(structs.CodePermissionDenied, method+": "+why)
 }
 

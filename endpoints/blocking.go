@@ -20,7 +20,7 @@ type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
 // MinQueryIndex it runs fn once. A query that waited checks its caller
 // again before it answers: a token deleted or expired, or a node
 // deregistered, while the query waited gets no fresh data.
-func blockingQuery(srv Server, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
 	// A read that may not be stale is served by the leader (Forward saw
 	// to that), and only from a state that holds everything committed.
 	if !opts.AllowStale {
@@ -68,9 +68,9 @@ func blockingQuery(srv Server, c *caller, method string, opts *structs.QueryOpti
 		default:
 		}
 		waited = true
-		srv.Security().QueriesWaiting.Add(1)
+		srv.Security.QueriesWaiting.Add(1)
 		err = ws.WatchCtx(ctx)
-		srv.Security().QueriesWaiting.Add(-1)
+		srv.Security.QueriesWaiting.Add(-1)
 		if err != nil {
 			// Timed out: answer with what we have.
 			return answer()
@@ -78,15 +78,6 @@ func blockingQuery(srv Server, c *caller, method string, opts *structs.QueryOpti
 	}
 }
 
-func setLeaderMeta(srv Server, meta *structs.QueryMeta) {
-	r := srv.Raft()
-	addr, _ := r.LeaderWithID()
-	meta.KnownLeader = addr != ""
-	if r.State().String() == "Leader" {
-		meta.LastContact = 0
-		return
-	}
-	if last := r.LastContact(); !last.IsZero() {
-		meta.LastContact = time.Since(last)
-	}
+func setLeaderMeta(srv *Deps, meta *structs.QueryMeta) {
+	meta.KnownLeader, meta.LastContact = srv.LeaderContact()
 }

@@ -62,12 +62,12 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 // and a claim whose publish failed released at once so that the
 // server-driven detach cleans up whatever the plugin half did.
 func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClaimResponse) error {
-	published, err := v.srv.Attachments().Publish(claim,
+	published, err := v.srv.Attachments.Publish(claim,
 		func(publishContext map[string]string) error { return v.recordPublished(claim, publishContext, reply) },
 		func() {
 			release := &structs.VolumeClaimRequest{VolumeID: claim.VolumeID, AllocID: claim.AllocID, Release: true}
 			if _, _, rerr := v.srv.SubmitClaim(release); rerr != nil {
-				v.srv.Logger().Error("releasing a claim whose controller publish failed", "volume", claim.VolumeID,
+				v.srv.Logger.Error("releasing a claim whose controller publish failed", "volume", claim.VolumeID,
 					"alloc", claim.AllocID, "error", rerr)
 			}
 		})
@@ -104,7 +104,7 @@ func (v *Volume) recordPublished(claim *structs.Claim, publishContext map[string
 // the state machine does not check a release's node, so a node that named
 // itself could release another node's claim. No allocation, no node: only
 // a token that grants volume:claim may release then.
-func claimNode(srv Server, args *structs.VolumeClaimRequest) (string, bool) {
+func claimNode(srv *Deps, args *structs.VolumeClaimRequest) (string, bool) {
 	if !args.Release {
 		return args.NodeID, true
 	}

@@ -1,9 +1,6 @@
 package endpoints
 
-import (
-	"github.com/claimd/claimd/attachment"
-	"github.com/claimd/claimd/structs"
-)
+import "github.com/claimd/claimd/structs"
 
 // ClientCSI is the RPC entry for calls meant for client nodes' CSI plugins
 // (seed 5), which only servers make: a server that does not hold the
@@ -12,7 +9,7 @@ import (
 // a controller target (seed 1) and delivers the call over the node's
 // session, one hop away at most.
 type ClientCSI struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 
@@ -20,9 +17,9 @@ type ClientCSI struct {
 // (a claim's publish, volume create, snapshot and expand): straight to the
 // attachment manager, since the call that started that work was checked
 // where it entered.
-type csiCalls struct{ m *attachment.Manager }
+type csiCalls struct{ m Attachments }
 
-func csiOf(srv Server) csiCalls { return csiCalls{m: srv.Attachments()} }
+func csiOf(srv *Deps) csiCalls { return csiCalls{m: srv.Attachments} }
 
 func (c csiCalls) ControllerCreateVolume(args *structs.ClientCSIControllerCreateRequest, reply *structs.ClientCSIControllerCreateResponse) error {
 	return c.m.ControllerCall("ClientCSI.ControllerCreateVolume", &args.CSIControllerQuery, &args.NodeRouting, args, reply,

@@ -45,7 +45,7 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 			c.State = structs.ClaimStateUnpublishing
 		}
 		if args.Force && c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
-			v.srv.Logger().Warn("operator forced a claim past its node detach: the node's mounts were not cleaned up",
+			v.srv.Logger.Warn("operator forced a claim past its node detach: the node's mounts were not cleaned up",
 				"volume", c.VolumeID, "alloc", c.AllocID, "node", c.NodeID)
 			cp := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID,
 				State: structs.ClaimStateNodeDetached, ExpectedState: c.State, ForcedSkip: true}

@@ -11,7 +11,7 @@ import (
 
 // Eval reads volume-claim-gc evals.
 type Eval struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 

@@ -13,7 +13,7 @@ import (
 
 // Node serves client agents (register, status, alloc updates) and reads.
 type Node struct {
-	srv  Server
+	srv  *Deps
 	conn ConnInfo
 	auth *authz
 }
@@ -27,7 +27,7 @@ type Node struct {
 // a node (decision 37).
 func (n *Node) bindSession(nodeID string, forwarded bool) {
 	if n.conn.Session != nil && !forwarded && nodeID != "" {
-		n.srv.NodeRouter().Conns().Add(nodeID, n.conn.Session)
+		n.srv.Sessions.Bind(nodeID, n.conn.Session)
 	}
 }
 
@@ -59,11 +59,11 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	if args.Node.Status != structs.NodeStatusDown {
-		n.srv.Heartbeats().Reset(args.Node.ID)
+		n.srv.Heartbeats.Reset(args.Node.ID)
 	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
-	reply.Servers = voterAddrs(n.srv)
+	reply.Servers = n.srv.ServerAddrs()
 	return nil
 }
 
@@ -155,11 +155,11 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		}
 	}
 	if args.Status == structs.NodeStatusReady {
-		n.srv.Heartbeats().Reset(args.NodeID)
+		n.srv.Heartbeats.Reset(args.NodeID)
 	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
-	reply.Servers = voterAddrs(n.srv)
+	reply.Servers = n.srv.ServerAddrs()
 	return nil
 }
 
@@ -181,7 +181,7 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 	reply.Index = index
 	if err == nil {
 		for _, id := range args.NodeIDs {
-			n.srv.Heartbeats().Remove(id)
+			n.srv.Heartbeats.Remove(id)
 		}
 	}
 	return err
@@ -261,17 +261,4 @@ func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 			}
 			return state.TableIndex(fsm.TableNodes), nil
 		})
-}
-
-// voterAddrs lists the Raft members' addresses from this server's view.
-func voterAddrs(srv Server) []string {
-	f := srv.Raft().GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var out []string
-	for _, s := range f.Configuration().Servers {
-		out = append(out, string(s.Address))
-	}
-	return out
 }

@@ -12,7 +12,7 @@ import (
 
 // Operator manages the Raft membership.
 type Operator struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 
@@ -67,7 +67,7 @@ func (o *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.
 				return raftError(err)
 			}
 			reply.Index = rf.Index()
-			o.srv.Logger().Info("removed raft peer", "id", s.ID, "address", s.Address)
+			o.srv.Logger.Info("removed raft peer", "id", s.ID, "address", s.Address)
 			return nil
 		}
 	}
@@ -114,7 +114,7 @@ func (o *Operator) RaftJoin(args *structs.RaftJoinRequest, reply *structs.Generi
 		return raftError(err)
 	}
 	reply.Index = af.Index()
-	o.srv.Logger().Info("added raft voter", "id", args.Server.ID, "name", args.Server.Name, "address", args.Server.Addr)
+	o.srv.Logger.Info("added raft voter", "id", args.Server.ID, "name", args.Server.Name, "address", args.Server.Addr)
 	return nil
 }
 

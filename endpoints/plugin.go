@@ -9,7 +9,7 @@ import (
 
 // Plugin reads the plugins derived from node fingerprints.
 type Plugin struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 

@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"context"
 	netrpc "net/rpc"
 	"time"
 
@@ -8,68 +9,128 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
 
-	"github.com/claimd/claimd/attachment"
-	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
-	"github.com/claimd/claimd/watcher"
 )
 
-// Server is what the endpoints need from a claimd server. The server package
-// implements it; tests may too.
-type Server interface {
-	// Forward is forward-or-serve (see package forward).
+// The endpoints see the rest of the server through a few small roles,
+// each implemented by the package that owns it, collected once in Deps
+// when the server starts (server.New). A unit test builds a Deps from
+// fakes of the roles it needs.
+
+// Forwarder decides whether this server serves a call or the leader does,
+// and sends it there (forward.Forwarder).
+type Forwarder interface {
 	Forward(method string, info structs.RPCInfo, args, reply any) (bool, error)
-	// WaitConsistentReads returns once this server may serve a consistent
-	// (not stale) read: it leads and has applied everything committed
-	// before it won. Otherwise no_leader.
-	WaitConsistentReads() error
+}
+
+// Writer commits log entries (the server, over Raft and its batchers).
+type Writer interface {
 	// Apply commits one log entry and returns what the FSM returned; a
 	// request the FSM refused comes back as err.
 	Apply(t structs.MessageType, msg any) (resp any, index uint64, err error)
+	// SubmitClaim commits one claim or release, batched with concurrent
+	// ones into a single claim batch entry.
+	SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error)
+}
+
+// Reader reads the replicated state (the server).
+type Reader interface {
 	// State is the current state store (it changes on snapshot restore).
 	State() *fsm.StateStore
 	// FSM is the state machine (for digests).
 	FSM() *fsm.FSM
-	Raft() *raft.Raft
-	Logger() hclog.Logger
-	// Self describes this server.
-	Self() structs.ServerInfo
-	// Hello records a peer's identity for bootstrap-expect and answers
-	// with what this server knows.
-	Hello(req *structs.HelloRequest) *structs.HelloResponse
-	// ServerName maps a Raft server ID to its node name ("" if unknown).
-	ServerName(id string) string
-	ShutdownCh() <-chan struct{}
-	// SubmitClaim commits one claim or release, batched with concurrent
-	// ones into a single claim batch entry.
-	SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error)
-	// HeartbeatTTL is how soon a node must heartbeat again.
-	HeartbeatTTL() time.Duration
-	// NodeRouter delivers calls to client nodes over their sessions.
-	NodeRouter() *forward.NodeRouter
-	// Watcher is the leader's release worker; Heartbeats its node timers.
-	Watcher() *watcher.Watcher
-	Heartbeats() *watcher.Heartbeats
-	// Attachments keeps the controller attachments: publish, the (volume,
-	// node) locks, controller target choice and node calls.
-	Attachments() *attachment.Manager
-	// ACLEnabled reports whether this server checks ACL tokens.
-	ACLEnabled() bool
-	// Tokens resolves ACL tokens (with a per-server cache).
-	Tokens() *TokenResolver
-	// Security counts refused connections and calls.
-	Security() *SecurityCounters
+	// WaitConsistentReads returns once this server may serve a
+	// consistent (not stale) read: it leads and has applied everything
+	// committed before it won. Otherwise no_leader.
+	WaitConsistentReads() error
 	// BarrierPending reports whether this server leads but has not yet
 	// applied everything committed before it won.
 	BarrierPending() bool
-	// ACLResetIndex is the index an operator wrote to acl-bootstrap-reset
-	// in this server's data dir (0 if none): see ACL.Bootstrap.
-	ACLResetIndex() uint64
+}
+
+// Cluster is this server's place in the cluster (the server).
+type Cluster interface {
+	// IsLeader reports whether this server leads now.
+	IsLeader() bool
+	// LeaderContact says whether a leader is known and how long ago this
+	// server heard from it (0 on the leader).
+	LeaderContact() (known bool, lastContact time.Duration)
+	// ServerAddrs lists the Raft members' addresses from this server's
+	// view (what client agents fail over to).
+	ServerAddrs() []string
+	// RaftMemberHost reports whether remote (host:port) is on the host of
+	// a server in the Raft configuration.
+	RaftMemberHost(remote string) bool
+	// ServerName maps a Raft server ID to its node name ("" if unknown).
+	ServerName(id string) string
+	// Hello records a peer's identity for bootstrap-expect and answers
+	// with what this server knows.
+	Hello(req *structs.HelloRequest) *structs.HelloResponse
 	// RaftHealth is the leader's autopilot view of every server (no_leader
 	// on a server that does not lead).
 	RaftHealth() (*structs.RaftHealthResponse, error)
+	// HeartbeatTTL is how soon a node must heartbeat again.
+	HeartbeatTTL() time.Duration
+	// ACLEnabled reports whether this server checks ACL tokens.
+	ACLEnabled() bool
+	// ACLResetIndex is the index an operator wrote to acl-bootstrap-reset
+	// in this server's data dir (0 if none): see ACL.Bootstrap.
+	ACLResetIndex() uint64
+	ShutdownCh() <-chan struct{}
+	// Raft is the Raft node, for the operator and status endpoints that
+	// read or change the membership itself.
+	Raft() *raft.Raft
+}
+
+// NodeSessions knows which client node's session is on this server
+// (forward.NodeRouter).
+type NodeSessions interface {
+	// Bind makes sess the node's session: the servers call the node on it.
+	Bind(nodeID string, sess *yamux.Session)
+	// HasConn answers Status.HasNodeConn.
+	HasConn(nodeID string) structs.NodeConnResponse
+}
+
+// HeartbeatTimers are the leader's per-node heartbeat deadlines
+// (watcher.Heartbeats).
+type HeartbeatTimers interface {
+	Reset(nodeID string)
+	Remove(nodeID string)
+}
+
+// Releases is the leader's release worker (watcher.Watcher).
+type Releases interface {
+	// Status is the retry state of every volume being released.
+	Status() map[string]structs.ReleaseStatus
+	// RunClaimGC runs the claim GC now and returns how many evals it made.
+	RunClaimGC(ctx context.Context) (int, error)
+}
+
+// Attachments keeps the controller attachments (attachment.Manager).
+type Attachments interface {
+	Publish(claim *structs.Claim, record func(publishContext map[string]string) error, release func()) (*structs.Claim, error)
+	ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting, args, reply any, answered func(node string)) error
+	NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
+	NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error
+}
+
+// Deps is everything the endpoints use of the rest of the server.
+type Deps struct {
+	Forwarder
+	Writer
+	Reader
+	Cluster
+	Sessions    NodeSessions
+	Heartbeats  HeartbeatTimers
+	Releases    Releases
+	Attachments Attachments
+	// Tokens resolves ACL tokens (with a per-server cache); Security
+	// counts refused connections and calls. Both live in this package.
+	Tokens   *TokenResolver
+	Security *SecurityCounters
+	Logger   hclog.Logger
 }
 
 // ConnInfo describes the connection a call arrived on: Session is the
@@ -88,7 +149,7 @@ type ConnInfo struct {
 }
 
 // Receivers are the RPC receivers of one connection, by service name.
-func Receivers(srv Server, conn ConnInfo) map[string]any {
+func Receivers(srv *Deps, conn ConnInfo) map[string]any {
 	auth := &authz{srv: srv, conn: conn}
 	return map[string]any{
 		"Status":    &Status{srv: srv, auth: auth},
@@ -105,7 +166,7 @@ func Receivers(srv Server, conn ConnInfo) map[string]any {
 }
 
 // Register adds every endpoint to rs.
-func Register(rs *netrpc.Server, srv Server, conn ConnInfo) error {
+func Register(rs *netrpc.Server, srv *Deps, conn ConnInfo) error {
 	for name, rcvr := range Receivers(srv, conn) {
 		if err := rs.RegisterName(name, rcvr); err != nil {
 			return err

@@ -14,7 +14,7 @@ import (
 // Status answers liveness and cluster-shape questions. It never forwards:
 // each server speaks for itself.
 type Status struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 
@@ -66,7 +66,7 @@ func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeC
 	if _, err := s.auth.check("Status.HasNodeConn", args); err != nil {
 		return err
 	}
-	*reply = s.srv.NodeRouter().HasConn(args.NodeID)
+	*reply = s.srv.Sessions.HasConn(args.NodeID)
 	return nil
 }
 
@@ -110,7 +110,7 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	sec := s.srv.Security()
+	sec := s.srv.Security
 	*reply = structs.RuntimeStats{PID: os.Getpid(), Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
 		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load(),
 		OpeningRefused: sec.OpeningRefused.Load(), QueriesWaiting: sec.QueriesWaiting.Load()}

@@ -9,7 +9,7 @@ import (
 
 // System runs cluster-wide maintenance.
 type System struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 
@@ -23,7 +23,7 @@ func (s *System) GarbageCollect(args *structs.SystemGCRequest, reply *structs.Sy
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := s.srv.Watcher().RunClaimGC(ctx)
+	n, err := s.srv.Releases.RunClaimGC(ctx)
 	reply.EvalsCreated = n
 	return err
 }
@@ -35,6 +35,6 @@ func (s *System) ReleaseStatus(args *structs.ReleaseStatusRequest, reply *struct
 	if done {
 		return err
 	}
-	reply.Volumes = s.srv.Watcher().Status()
+	reply.Volumes = s.srv.Releases.Status()
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 
 // Volume registers, reads and removes volumes.
 type Volume struct {
-	srv  Server
+	srv  *Deps
 	auth *authz
 }
 

@@ -76,7 +76,7 @@ func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.Volume
 	if err != nil {
 		return err
 	}
-	v.srv.Logger().Info("volume created", "volume", spec.ID, "plugin", spec.PluginID, "external_id", created.ExternalID,
+	v.srv.Logger.Info("volume created", "volume", spec.ID, "plugin", spec.PluginID, "external_id", created.ExternalID,
 		"capacity", created.Capacity, "controller", created.ControllerNodeID, "index", index)
 	reply.Volume = vol.Sanitize()
 	reply.Volume.CreateIndex, reply.Volume.ModifyIndex = index, index
@@ -218,7 +218,7 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 	if err != nil {
 		return structs.Wrap(err, fmt.Sprintf("plugin %q deleted volume %q, but deregistering it failed", vol.PluginID, vol.ID))
 	}
-	v.srv.Logger().Info("volume deleted", "volume", vol.ID, "plugin", vol.PluginID, "external_id", vol.ExternalID,
+	v.srv.Logger.Info("volume deleted", "volume", vol.ID, "plugin", vol.PluginID, "external_id", vol.ExternalID,
 		"controller", out.ControllerNodeID, "index", index)
 	reply.Index = index
 	return nil

@@ -124,7 +124,7 @@ func (v *Volume) run(x *expansion, out *structs.VolumeExpansion) (uint64, error)
 	if nodesNeeded && x.onNodes {
 		out.NodesExpanded, out.NodesPending = v.expandOnNodes(vol, capacity, x.limit)
 	}
-	v.srv.Logger().Info("volume expanded", "volume", vol.ID, "plugin", vol.PluginID, "from", vol.Capacity, "capacity", capacity,
+	v.srv.Logger.Info("volume expanded", "volume", vol.ID, "plugin", vol.PluginID, "from", vol.Capacity, "capacity", capacity,
 		"nodes_expanded", len(out.NodesExpanded), "nodes_pending", len(out.NodesPending), "index", index)
 	return index, nil
 }
@@ -168,7 +168,7 @@ func (v *Volume) expandOnNodes(vol *structs.Volume, capacity, limit int64) (expa
 			pending = map[string]string{}
 		}
 		pending[id] = reason
-		v.srv.Logger().Warn("node expansion pending", "volume", vol.ID, "node", id, "reason", reason)
+		v.srv.Logger.Warn("node expansion pending", "volume", vol.ID, "node", id, "reason", reason)
 	}
 	return expanded, pending
 }

@@ -42,7 +42,7 @@ func (v *Volume) SnapshotCreate(args *structs.VolumeSnapshotCreateRequest, reply
 		return structs.Wrap(err, fmt.Sprintf("snapshot %q of volume %q with plugin %q", args.Name, vol.ID, vol.PluginID))
 	}
 	out.Snapshot.PluginID, out.Snapshot.SourceVolumeID = vol.PluginID, vol.ID
-	v.srv.Logger().Info("snapshot created", "volume", vol.ID, "name", args.Name, "snapshot", out.Snapshot.ID,
+	v.srv.Logger.Info("snapshot created", "volume", vol.ID, "name", args.Name, "snapshot", out.Snapshot.ID,
 		"plugin", vol.PluginID, "controller", out.ControllerNodeID)
 	reply.Snapshot = out.Snapshot
 	return nil
@@ -72,7 +72,7 @@ func (v *Volume) SnapshotDelete(args *structs.VolumeSnapshotDeleteRequest, reply
 	if err != nil {
 		return structs.Wrap(err, fmt.Sprintf("delete snapshot %q with plugin %q", args.SnapshotID, args.PluginID))
 	}
-	v.srv.Logger().Info("snapshot deleted", "snapshot", args.SnapshotID, "plugin", args.PluginID, "controller", out.ControllerNodeID)
+	v.srv.Logger.Info("snapshot deleted", "snapshot", args.SnapshotID, "plugin", args.PluginID, "controller", out.ControllerNodeID)
 	return nil
 }
 

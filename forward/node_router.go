@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/yamux"
+
 	"github.com/claimd/claimd/structs"
 )
 
@@ -33,6 +35,10 @@ func NewNodeRouter(conns *NodeConns, pool *Pool, peers func() []string, serverTo
 	}
 	return &NodeRouter{conns: conns, pool: pool, peers: peers, serverToken: serverToken}
 }
+
+// Bind makes sess the node's session (endpoints.NodeSessions): calls for
+// the node go over it from now on.
+func (r *NodeRouter) Bind(nodeID string, sess *yamux.Session) { r.conns.Add(nodeID, sess) }
 
 // Conns is the node-connection registry.
 func (r *NodeRouter) Conns() *NodeConns { return r.conns }

@@ -447,7 +447,7 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 	return out
 }
 
-// RaftHealth implements endpoints.Server: the leader's view, no_leader
+// RaftHealth implements endpoints.Cluster: the leader's view, no_leader
 // (which callers retry) on a server that does not lead or before the
 // leader's first round of checks.
 func (s *Server) RaftHealth() (*structs.RaftHealthResponse, error) {

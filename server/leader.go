@@ -127,7 +127,7 @@ func (s *Server) setReadsReady(ready bool) {
 	}
 }
 
-// WaitConsistentReads implements endpoints.Server. A leader newly elected
+// WaitConsistentReads implements endpoints.Reader. A leader newly elected
 // may not have applied what earlier leaders committed (a server that
 // restarted replays its log only once it learns the commit index), and a
 // read served from that state would go back in time: the chaos suite saw a

@@ -9,6 +9,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/claimd/claimd/endpoints"
+	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/tlsutil"
 )
@@ -82,7 +83,7 @@ func (s *Server) handleConn(conn net.Conn) {
 		// from a host already in the Raft configuration: a server not
 		// switched to TLS yet. Anyone else would read every secret in the
 		// log, or vote.
-		if !info.TLS && info.ServerTLS && !(s.raft != nil && endpoints.RaftMemberHost(s.raft.Raft, info.Remote)) {
+		if !info.TLS && info.ServerTLS && !(s.raft != nil && raftnode.MemberHost(s.raft.Raft, info.Remote)) {
 			s.security.PlaintextRefused.Add(1)
 			metrics.IncrCounter([]string{"tls", "plaintext_refused"}, 1)
 			s.refuse(conn, "plaintext raft connection refused: the host is not in the Raft configuration (migration mode)")

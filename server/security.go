@@ -12,20 +12,17 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// ACLEnabled implements endpoints.Server.
+// ACLEnabled implements endpoints.Cluster.
 func (s *Server) ACLEnabled() bool { return s.cfg.ACLEnabled }
 
-// Tokens implements endpoints.Server.
-func (s *Server) Tokens() *endpoints.TokenResolver { return s.tokens }
-
-// Security implements endpoints.Server.
+// Security is this server's refusal counters (tests read them directly).
 func (s *Server) Security() *endpoints.SecurityCounters { return &s.security }
 
 // aclResetFile is where an operator writes the reset index to allow one
 // more ACL bootstrap (docs/security.md).
 const aclResetFile = "acl-bootstrap-reset"
 
-// ACLResetIndex implements endpoints.Server.
+// ACLResetIndex implements endpoints.Cluster.
 func (s *Server) ACLResetIndex() uint64 {
 	b, err := os.ReadFile(filepath.Join(s.cfg.DataDir, aclResetFile))
 	if err != nil {
@@ -53,7 +50,7 @@ func (s *Server) serverToken() string {
 	return s.tokens.ServerSecret(s.fsm.State())
 }
 
-// BarrierPending implements endpoints.Server.
+// BarrierPending implements endpoints.Reader.
 func (s *Server) BarrierPending() bool {
 	if _, self := s.Leader(); !self {
 		return false

@@ -45,6 +45,8 @@ type Server struct {
 	watcher  *watcher.Watcher
 	beats    *watcher.Heartbeats
 	attach   *attachment.Manager
+	// deps is what the endpoints see of this server, collected once.
+	deps *endpoints.Deps
 	// autopilot checks Raft health and removes dead servers while leading.
 	autopilot *autopilotDuty
 
@@ -188,6 +190,11 @@ func New(cfg Config) (*Server, error) {
 		ttl = defaultHeartbeatTTL
 	}
 	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
+	s.deps = &endpoints.Deps{
+		Forwarder: s.fwd, Writer: s, Reader: s, Cluster: s,
+		Sessions: s.nodes, Heartbeats: s.beats, Releases: s.watcher, Attachments: s.attach,
+		Tokens: s.tokens, Security: &s.security, Logger: s.logger,
+	}
 	s.AddLeaderDuty(s.watcher)
 	s.AddLeaderDuty(s.beats)
 	s.autopilot = newAutopilotDuty(s)
@@ -249,25 +256,22 @@ func (s *Server) ID() string { return s.id }
 // Addr is the advertised RPC address.
 func (s *Server) Addr() string { return s.addr }
 
-// Raft implements endpoints.Server.
+// Raft implements endpoints.Cluster.
 func (s *Server) Raft() *raft.Raft { return s.raft.Raft }
 
-// State implements endpoints.Server.
+// State implements endpoints.Reader.
 func (s *Server) State() *fsm.StateStore { return s.fsm.State() }
 
 // FSM exposes the state machine (tests compare snapshots).
 func (s *Server) FSM() *fsm.FSM { return s.fsm }
 
-// Logger implements endpoints.Server.
-func (s *Server) Logger() hclog.Logger { return s.logger }
-
-// ShutdownCh implements endpoints.Server.
+// ShutdownCh implements endpoints.Cluster.
 func (s *Server) ShutdownCh() <-chan struct{} { return s.shutdownCh }
 
 // Pool is the server-to-server connection pool.
 func (s *Server) Pool() *forward.Pool { return s.pool }
 
-// Self implements endpoints.Server.
+// Self describes this server for the bootstrap hello and joins.
 func (s *Server) Self() structs.ServerInfo {
 	return structs.ServerInfo{
 		ID:              s.id,
@@ -282,10 +286,38 @@ func (s *Server) hasState() bool {
 	return s.raft.HadState() || s.raft.Raft.LastIndex() > 0
 }
 
-// Forward implements endpoints.Server.
-func (s *Server) Forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
-	return s.fwd.Forward(method, info, args, reply)
+// IsLeader implements endpoints.Cluster.
+func (s *Server) IsLeader() bool { return s.raft.Raft.State() == raft.Leader }
+
+// LeaderContact implements endpoints.Cluster.
+func (s *Server) LeaderContact() (known bool, lastContact time.Duration) {
+	r := s.raft.Raft
+	addr, _ := r.LeaderWithID()
+	if r.State() == raft.Leader {
+		return addr != "", 0
+	}
+	if last := r.LastContact(); !last.IsZero() {
+		lastContact = time.Since(last)
+	}
+	return addr != "", lastContact
 }
+
+// ServerAddrs implements endpoints.Cluster: the Raft members' addresses
+// from this server's view.
+func (s *Server) ServerAddrs() []string {
+	f := s.raft.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []string
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, string(srv.Address))
+	}
+	return out
+}
+
+// RaftMemberHost implements endpoints.Cluster.
+func (s *Server) RaftMemberHost(remote string) bool { return raftnode.MemberHost(s.raft.Raft, remote) }
 
 // Leader implements forward.LeaderSource.
 func (s *Server) Leader() (string, bool) {
@@ -321,7 +353,7 @@ const applyTimeout = 30 * time.Second
 // memory per AppendEntries batch.
 const maxEntryBytes = 4 << 20
 
-// Apply implements endpoints.Server: encode, commit, and turn the FSM's
+// Apply implements endpoints.Writer: encode, commit, and turn the FSM's
 // answer into (response, index, error).
 func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	select {
@@ -363,15 +395,15 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	return resp, f.Index(), nil
 }
 
-// Hello implements endpoints.Server.
+// Hello implements endpoints.Cluster.
 func (s *Server) Hello(req *structs.HelloRequest) *structs.HelloResponse {
 	return s.boot.hello(req)
 }
 
-// ServerName implements endpoints.Server.
+// ServerName implements endpoints.Cluster.
 func (s *Server) ServerName(id string) string { return s.boot.name(id) }
 
-// NodeRouter implements endpoints.Server.
+// NodeRouter delivers calls to client nodes (tests inspect its sessions).
 func (s *Server) NodeRouter() *forward.NodeRouter { return s.nodes }
 
 // otherServers lists the other Raft members' addresses.
@@ -392,7 +424,7 @@ func (s *Server) otherServers() []string {
 // newRPCServer makes the net/rpc server for one connection or session.
 func (s *Server) newRPCServer(conn endpoints.ConnInfo) *netrpc.Server {
 	rs := netrpc.NewServer()
-	if err := endpoints.Register(rs, s, conn); err != nil {
+	if err := endpoints.Register(rs, s.deps, conn); err != nil {
 		// Registration only fails on a programming error.
 		panic(err)
 	}
@@ -427,7 +459,7 @@ func (s *Server) Shutdown() error {
 	return err
 }
 
-// SubmitClaim implements endpoints.Server.
+// SubmitClaim implements endpoints.Writer.
 func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimResult, uint64, error) {
 	res, index, err := s.claims.submit(req)
 	countClaim(req, res, err)
@@ -439,15 +471,6 @@ func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimRes
 // that a dead node's claims start waiting for it within seconds.
 const defaultHeartbeatTTL = 10 * time.Second
 
-// HeartbeatTTL implements endpoints.Server. The heartbeat timers hold it:
+// HeartbeatTTL implements endpoints.Cluster. The heartbeat timers hold it:
 // SetHeartbeatTTL may change it while the server runs.
 func (s *Server) HeartbeatTTL() time.Duration { return s.beats.TTL() }
-
-// Watcher implements endpoints.Server.
-func (s *Server) Watcher() *watcher.Watcher { return s.watcher }
-
-// Heartbeats implements endpoints.Server.
-func (s *Server) Heartbeats() *watcher.Heartbeats { return s.beats }
-
-// Attachments implements endpoints.Server.
-func (s *Server) Attachments() *attachment.Manager { return s.attach }
