@@ -27,6 +27,9 @@ type Local struct {
 // New makes an empty state machine.
 func New() *Local { return &Local{f: fsm.New(nil)} }
 
+// FSM is the state machine itself.
+func (l *Local) FSM() *fsm.FSM { return l.f }
+
 // State is the current state store.
 func (l *Local) State() *fsm.StateStore { return l.f.State() }
 
