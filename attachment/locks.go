@@ -19,7 +19,7 @@ type attachLock struct {
 	refs int
 }
 
-// NewAttachLocks makes an empty set.
+// NewLocks makes an empty set.
 func NewLocks() *Locks { return &Locks{locks: map[string]*attachLock{}} }
 
 // Lock takes the lock of (volumeID, nodeID) and returns its unlock.
