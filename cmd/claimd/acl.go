@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,19 +20,6 @@ import (
 // token create` only: the servers return it to its creator once and never
 // again, and every other command prints tokens without it.
 
-func init() {
-	registerCommand("acl bootstrap", "create the first management token (once per cluster)", runACLBootstrap)
-	registerCommand("acl policy apply", "create or update an ACL policy from an HCL or JSON file", runACLPolicyApply)
-	registerCommand("acl policy list", "list ACL policies", runACLPolicyList)
-	registerCommand("acl policy info", "show one ACL policy with its rules", runACLPolicyInfo)
-	registerCommand("acl policy delete", "delete an ACL policy", runACLPolicyDelete)
-	registerCommand("acl token create", "create an ACL token (its secret is shown this once)", runACLTokenCreate)
-	registerCommand("acl token list", "list ACL tokens (without secrets)", runACLTokenList)
-	registerCommand("acl token info", "show one ACL token by accessor ID (without its secret)", runACLTokenInfo)
-	registerCommand("acl token self", "show the token in use (-token or $CLAIMD_TOKEN)", runACLTokenSelf)
-	registerCommand("acl token delete", "delete an ACL token by accessor ID", runACLTokenDelete)
-}
-
 // aclBootstrapResetFile is the file in the leader's data dir that allows
 // one more bootstrap (endpoints/acl.go, docs/security.md).
 const aclBootstrapResetFile = "acl-bootstrap-reset"
@@ -39,33 +27,14 @@ const aclBootstrapResetFile = "acl-bootstrap-reset"
 var resetIndexRE = regexp.MustCompile(`reset index (\d+)`)
 
 func runACLBootstrap(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl bootstrap", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print the token as JSON (with its secret)")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "usage: claimd acl bootstrap [-json]")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	tok, err := c.ACLBootstrap(ctx)
-	if err != nil {
+	x := newServerCmd("acl bootstrap", stdout, stderr).jsonFlag("print the token as JSON (with its secret)")
+	return x.run(args, atMost(0, "usage: claimd acl bootstrap [-json]"), func(ctx context.Context, c *api.Client, _ []string) int {
+		tok, err := c.ACLBootstrap(ctx)
 		if errors.Is(err, structs.ErrConflict) {
-			return fail(stderr, "acl bootstrap: %v\n%s", err, bootstrapResetHint(err))
+			return x.fail("acl bootstrap: %v\n%s", err, bootstrapResetHint(err))
 		}
-		return fail(stderr, "acl bootstrap: %v", err)
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, tok)
-	}
-	printToken(stdout, tok, true)
-	return 0
+		return x.tokenResult("acl bootstrap", tok, err, true)
+	})
 }
 
 // bootstrapResetHint tells how to bootstrap again when the first
@@ -81,19 +50,34 @@ func bootstrapResetHint(err error) string {
 }
 
 func runACLPolicyApply(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl policy apply", stderr)
-	cf.register(fs)
-	desc := fs.String("description", "", "what the policy is for")
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("acl policy apply", stdout, stderr)
+	desc := x.fs.String("description", "", "what the policy is for")
+	var rules []byte
+	check := func(pos []string) error {
+		if len(pos) != 2 {
+			return errors.New("usage: claimd acl policy apply [-description D] NAME FILE (HCL or JSON rules, or - for stdin)")
+		}
+		var err error
+		rules, err = readPolicyRules(pos[0], pos[1])
+		return err
 	}
-	if fs.NArg() != 2 {
-		return fail(stderr, "usage: claimd acl policy apply [-description D] NAME FILE (HCL or JSON rules, or - for stdin)")
-	}
-	name, path := fs.Arg(0), fs.Arg(1)
+	return x.run(args, check, func(ctx context.Context, c *api.Client, pos []string) int {
+		idx, err := c.ACLPolicyApply(ctx, pos[0], *desc, string(rules))
+		if err != nil {
+			return x.fail("acl policy apply: %v", err)
+		}
+		fmt.Fprintf(stdout, "Policy %q applied (index %d)\n", pos[0], idx)
+		return 0
+	})
+}
+
+// readPolicyRules checks the policy's name and reads and parses its rules
+// (path "-": standard input) before any server is asked, so that each
+// problem names the file and line the user edits; the server checks again
+// (and names the policy).
+func readPolicyRules(name, path string) ([]byte, error) {
 	if err := structs.ValidateID("NAME", name); err != nil {
-		return fail(stderr, "acl policy apply: %v", err)
+		return nil, fmt.Errorf("acl policy apply: %v", err)
 	}
 	var rules []byte
 	var err error
@@ -104,92 +88,46 @@ func runACLPolicyApply(args []string, stdout, stderr io.Writer) int {
 		rules, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return fail(stderr, "acl policy apply: %v", err)
+		return nil, fmt.Errorf("acl policy apply: %v", err)
 	}
-	// Checked here first so that each problem names the file and line the
-	// user edits; the server checks again (and names the policy).
 	if _, err := acl.Parse(path, rules); err != nil {
 		var pe *acl.PolicyError
 		if errors.As(err, &pe) && len(pe.Problems) > 1 {
-			return fail(stderr, "acl policy apply: %d problems:\n  %s", len(pe.Problems), strings.Join(pe.Problems, "\n  "))
+			return nil, fmt.Errorf("acl policy apply: %d problems:\n  %s", len(pe.Problems), strings.Join(pe.Problems, "\n  "))
 		}
-		return fail(stderr, "acl policy apply: %v", err)
+		return nil, fmt.Errorf("acl policy apply: %v", err)
 	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	idx, err := c.ACLPolicyApply(ctx, name, *desc, string(rules))
-	if err != nil {
-		return fail(stderr, "acl policy apply: %v", err)
-	}
-	fmt.Fprintf(stdout, "Policy %q applied (index %d)\n", name, idx)
-	return 0
+	return rules, nil
 }
 
 func runACLPolicyList(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl policy list", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "usage: claimd acl policy list [-json]")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	ps, err := c.ACLPolicies(ctx)
-	if err != nil {
-		return fail(stderr, "acl policy list: %v", err)
-	}
-	if *asJSON {
-		if ps == nil {
-			ps = []*structs.ACLPolicy{}
-		}
-		return jsonOut(stdout, stderr, ps)
-	}
-	if len(ps) == 0 {
-		fmt.Fprintln(stdout, "No policies")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	x := newServerCmd("acl policy list", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, atMost(0, "usage: claimd acl policy list [-json]"), func(ctx context.Context, c *api.Client, _ []string) int {
+		ps, err := c.ACLPolicies(ctx)
+		return showList(x, "acl policy list", ps, err, "No policies", printPolicies)
+	})
+}
+
+// printPolicies is `acl policy list`'s table.
+func printPolicies(w io.Writer, ps []*structs.ACLPolicy) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "Name\tDescription\tModify Index")
 	for _, p := range ps {
 		fmt.Fprintf(tw, "%s\t%s\t%d\n", p.Name, orDash(p.Description), p.ModifyIndex)
 	}
 	tw.Flush()
-	return 0
 }
 
 func runACLPolicyInfo(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl policy info", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd acl policy info [-json] NAME")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	p, err := c.ACLPolicy(ctx, fs.Arg(0))
-	if err != nil {
-		return fail(stderr, "acl policy info: %v", err)
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, p)
-	}
+	x := newServerCmd("acl policy info", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, exactly(1, "usage: claimd acl policy info [-json] NAME"), func(ctx context.Context, c *api.Client, pos []string) int {
+		p, err := c.ACLPolicy(ctx, pos[0])
+		return showOne(x, "acl policy info", p, err, printPolicy)
+	})
+}
+
+// printPolicy shows a policy as "Key = value" lines, then its rules.
+func printPolicy(stdout io.Writer, p *structs.ACLPolicy) {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Name\t= %s\n", p.Name)
 	fmt.Fprintf(tw, "Description\t= %s\n", orDash(p.Description))
@@ -200,29 +138,14 @@ func runACLPolicyInfo(args []string, stdout, stderr io.Writer) int {
 	if !strings.HasSuffix(p.Rules, "\n") {
 		fmt.Fprintln(stdout)
 	}
-	return 0
 }
 
 func runACLPolicyDelete(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl policy delete", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd acl policy delete NAME")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if _, err := c.ACLPolicyDelete(ctx, fs.Arg(0)); err != nil {
-		return fail(stderr, "acl policy delete: %v", err)
-	}
-	fmt.Fprintf(stdout, "Policy %q deleted\n", fs.Arg(0))
-	return 0
+	x := newServerCmd("acl policy delete", stdout, stderr)
+	return x.run(args, exactly(1, "usage: claimd acl policy delete NAME"), func(ctx context.Context, c *api.Client, pos []string) int {
+		_, err := c.ACLPolicyDelete(ctx, pos[0])
+		return x.done(err, "acl policy delete", "Policy %q deleted\n", pos[0])
+	})
 }
 
 // stringsFlag collects a repeated flag.
@@ -236,165 +159,101 @@ func (s *stringsFlag) Set(v string) error {
 }
 
 func runACLTokenCreate(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl token create", stderr)
-	cf.register(fs)
-	name := fs.String("name", "", "what the token is for (required)")
-	typ := fs.String("type", structs.ACLTokenClient, "client (what its policies grant) or management (everything)")
+	x := newServerCmd("acl token create", stdout, stderr).jsonFlag("print the token as JSON (with its secret)")
+	name := x.fs.String("name", "", "what the token is for (required)")
+	typ := x.fs.String("type", structs.ACLTokenClient, "client (what its policies grant) or management (everything)")
 	var policies stringsFlag
-	fs.Var(&policies, "policy", "a policy the token gets (repeatable; a client token needs at least one)")
-	ttl := fs.Duration("ttl", 0, "how long the token is valid, e.g. 24h (default: no expiry)")
-	asJSON := fs.Bool("json", false, "print the token as JSON (with its secret)")
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x.fs.Var(&policies, "policy", "a policy the token gets (repeatable; a client token needs at least one)")
+	ttl := x.fs.Duration("ttl", 0, "how long the token is valid, e.g. 24h (default: no expiry)")
+	check := func(pos []string) error {
+		if len(pos) > 0 {
+			return fmt.Errorf("unexpected argument %q (usage: claimd acl token create -name N [-type client|management] [-policy P]... [-ttl D])", pos[0])
+		}
+		return checkTokenFlags(*name, *typ, policies, *ttl)
 	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected argument %q (usage: claimd acl token create -name N [-type client|management] [-policy P]... [-ttl D])", fs.Arg(0))
+	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
+		tok, err := c.ACLTokenCreate(ctx, *name, *typ, policies, *ttl)
+		return x.tokenResult("acl token create", tok, err, true)
+	})
+}
+
+// checkTokenFlags refuses a token create that the servers would refuse.
+func checkTokenFlags(name, typ string, policies []string, ttl time.Duration) error {
+	if name == "" {
+		return errors.New("-name is required")
 	}
-	if *name == "" {
-		return fail(stderr, "-name is required")
-	}
-	switch *typ {
+	switch typ {
 	case structs.ACLTokenClient:
 		if len(policies) == 0 {
-			return fail(stderr, "a client token needs at least one -policy")
+			return errors.New("a client token needs at least one -policy")
 		}
 	case structs.ACLTokenManagement:
 		if len(policies) > 0 {
-			return fail(stderr, "a management token takes no -policy (it may do everything)")
+			return errors.New("a management token takes no -policy (it may do everything)")
 		}
 	default:
-		return fail(stderr, "-type: %q is not %s or %s", *typ, structs.ACLTokenClient, structs.ACLTokenManagement)
+		return fmt.Errorf("-type: %q is not %s or %s", typ, structs.ACLTokenClient, structs.ACLTokenManagement)
 	}
-	if *ttl < 0 {
-		return fail(stderr, "-ttl: %s is negative", *ttl)
+	if ttl < 0 {
+		return fmt.Errorf("-ttl: %s is negative", ttl)
 	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	tok, err := c.ACLTokenCreate(ctx, *name, *typ, policies, *ttl)
-	if err != nil {
-		return fail(stderr, "acl token create: %v", err)
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, tok)
-	}
-	printToken(stdout, tok, true)
-	return 0
+	return nil
 }
 
 func runACLTokenList(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl token list", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "usage: claimd acl token list [-json]")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	toks, err := c.ACLTokens(ctx)
-	if err != nil {
-		return fail(stderr, "acl token list: %v", err)
-	}
-	out := make([]*structs.ACLToken, 0, len(toks))
-	for _, t := range toks {
-		out = append(out, t.Sanitize())
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, out)
-	}
-	if len(out) == 0 {
-		fmt.Fprintln(stdout, "No tokens")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	x := newServerCmd("acl token list", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, atMost(0, "usage: claimd acl token list [-json]"), func(ctx context.Context, c *api.Client, _ []string) int {
+		toks, err := c.ACLTokens(ctx)
+		out := make([]*structs.ACLToken, 0, len(toks))
+		for _, t := range toks {
+			out = append(out, t.Sanitize())
+		}
+		return showList(x, "acl token list", out, err, "No tokens", printTokens)
+	})
+}
+
+// printTokens is `acl token list`'s table (never a secret).
+func printTokens(w io.Writer, toks []*structs.ACLToken) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "Accessor ID\tName\tType\tPolicies\tExpires")
-	for _, t := range out {
+	for _, t := range toks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.AccessorID, orDash(t.Name), t.Type,
 			orDash(strings.Join(t.Policies, ",")), formatExpiry(t.ExpirationTime))
 	}
 	tw.Flush()
-	return 0
 }
 
 func runACLTokenInfo(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl token info", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd acl token info [-json] ACCESSOR")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	tok, err := c.ACLToken(ctx, fs.Arg(0))
-	if err != nil {
-		return fail(stderr, "acl token info: %v", err)
-	}
-	return showToken(stdout, stderr, tok, *asJSON)
+	x := newServerCmd("acl token info", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, exactly(1, "usage: claimd acl token info [-json] ACCESSOR"), func(ctx context.Context, c *api.Client, pos []string) int {
+		tok, err := c.ACLToken(ctx, pos[0])
+		return x.tokenResult("acl token info", tok, err, false)
+	})
 }
 
 func runACLTokenSelf(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl token self", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("acl token self", stdout, stderr).jsonFlag("print JSON")
+	check := func(pos []string) error {
+		if len(pos) > 0 {
+			return errors.New("usage: claimd acl token self [-json] (the token is -token or $CLAIMD_TOKEN)")
+		}
+		if api.TokenFromEnv(x.conn.token) == "" {
+			return errors.New("no token to show: give -token or set CLAIMD_TOKEN")
+		}
+		return nil
 	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "usage: claimd acl token self [-json] (the token is -token or $CLAIMD_TOKEN)")
-	}
-	if api.TokenFromEnv(cf.token) == "" {
-		return fail(stderr, "no token to show: give -token or set CLAIMD_TOKEN")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	tok, err := c.ACLTokenSelf(ctx)
-	if err != nil {
-		return fail(stderr, "acl token self: %v", err)
-	}
-	return showToken(stdout, stderr, tok, *asJSON)
+	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
+		tok, err := c.ACLTokenSelf(ctx)
+		return x.tokenResult("acl token self", tok, err, false)
+	})
 }
 
 func runACLTokenDelete(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("acl token delete", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd acl token delete ACCESSOR")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if _, err := c.ACLTokenDelete(ctx, fs.Arg(0)); err != nil {
-		return fail(stderr, "acl token delete: %v", err)
-	}
-	fmt.Fprintf(stdout, "Token %q deleted\n", fs.Arg(0))
-	return 0
+	x := newServerCmd("acl token delete", stdout, stderr)
+	return x.run(args, exactly(1, "usage: claimd acl token delete ACCESSOR"), func(ctx context.Context, c *api.Client, pos []string) int {
+		_, err := c.ACLTokenDelete(ctx, pos[0])
+		return x.done(err, "acl token delete", "Token %q deleted\n", pos[0])
+	})
 }
 
 // showToken prints a token read back from the servers, never its secret
@@ -405,6 +264,22 @@ func showToken(stdout, stderr io.Writer, tok *structs.ACLToken, asJSON bool) int
 		return jsonOut(stdout, stderr, tok)
 	}
 	printToken(stdout, tok, false)
+	return 0
+}
+
+// tokenResult prints the token a command got, or its error after what:
+// with its secret only when withSecret (bootstrap and create, the one time
+// it is shown), else as showToken does.
+func (x *cmd) tokenResult(what string, tok *structs.ACLToken, err error, withSecret bool) int {
+	switch {
+	case err != nil:
+		return x.fail("%s: %v", what, err)
+	case !withSecret:
+		return showToken(x.stdout, x.stderr, tok, x.asJSON)
+	case x.asJSON:
+		return x.json(tok)
+	}
+	printToken(x.stdout, tok, true)
 	return 0
 }
 

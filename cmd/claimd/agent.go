@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/claimd/claimd/httpapi"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
+	"github.com/claimd/claimd/watcher"
 )
 
 type agentFlags struct {
@@ -71,13 +73,54 @@ func (p *pluginFlags) Set(s string) error {
 	return nil
 }
 
+// Agent defaults that no other package owns. The server's own heartbeat
+// TTL default (10 s) is unexported in package server, so it is written
+// out here too.
+const (
+	defaultHeartbeatTTL   = 10 * time.Second
+	defaultLogLevel       = "info"
+	defaultRaftMultiplier = 1
+	// leaveTimeout bounds -leave-on-terminate's leave.
+	leaveTimeout = 30 * time.Second
+	// devBootstrapTimeout bounds the dev agent's wait for its server to
+	// lead and make the management token.
+	devBootstrapTimeout = time.Minute
+)
+
+// runAgent is `claimd agent`: read the flags and files, start what they
+// ask for (startAgent), run until SIGINT or SIGTERM (SIGHUP reloads), then
+// stop it all in reverse order.
 func runAgent(args []string, stdout, stderr io.Writer) int {
+	x := newCmd("agent", stdout, stderr)
 	var f agentFlags
+	configs := defineAgentFlags(x.fs, &f)
+	if _, ok := x.parse(args, noArguments); !ok {
+		return 1
+	}
+	configFiles, err := loadAgentConfig(x.fs, &f, *configs)
+	if err != nil {
+		return x.fail("%v", err)
+	}
+	logger, err := newAgentLogger(&f, stderr)
+	if err != nil {
+		return x.fail("%v", err)
+	}
+	a := &agent{f: f, logger: logger, stdout: stdout}
+	defer a.stop()
+	if err := a.start(); err != nil {
+		return x.fail("%v", err)
+	}
+	a.runUntilSignal(configFiles)
+	return 0
+}
+
+// defineAgentFlags binds the agent's flags to f and returns the -config
+// paths. Defaults come from the packages that own them.
+func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	// Gauges without the host name in their key: Prometheus labels the
 	// instance itself (telemetry { disable_hostname = false } restores it).
 	f.disableHostname = true
 	var configs configPaths
-	fs := newFlagSet("agent", stderr)
 	fs.Var(&configs, "config", "an HCL or JSON configuration file, or a directory of *.hcl and *.json files (repeatable; later files override earlier ones, flags override files)")
 	fs.BoolVar(&f.server, "server", false, "run a server (Raft member)")
 	fs.BoolVar(&f.client, "client", false, "run a client agent (with -servers and -csi-plugin)")
@@ -91,15 +134,15 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.bind, "bind", api.DefaultAddress, "the one RPC/Raft address, host:port")
 	fs.StringVar(&f.advertise, "advertise", "", "address other servers dial (default: -bind)")
 	fs.StringVar(&f.nodeName, "node-name", "", "node name (default: host name)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "trace, debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
-	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", 1, "scale Raft timeouts (1 = production; tests use less)")
-	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", 10*time.Second, "server: how soon client nodes must heartbeat before they are marked down")
-	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", 5*time.Minute, "server: how often the claim GC looks for past claims without an eval")
-	fs.IntVar(&f.releaseWorkers, "release-workers", 16, "server: volumes released in parallel by the leader")
-	fs.DurationVar(&f.backoffBase, "release-backoff-base", time.Second, "server: first retry delay of a failed release (doubles each attempt)")
-	fs.DurationVar(&f.backoffMax, "release-backoff-max", time.Minute, "server: longest retry delay of a failed release")
-	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", 5*time.Second, "client: how often CSI plugins are health-probed")
+	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
+	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", defaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
+	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
+	fs.IntVar(&f.releaseWorkers, "release-workers", watcher.DefaultWorkers, "server: volumes released in parallel by the leader")
+	fs.DurationVar(&f.backoffBase, "release-backoff-base", watcher.DefaultBackoffBase, "server: first retry delay of a failed release (doubles each attempt)")
+	fs.DurationVar(&f.backoffMax, "release-backoff-max", watcher.DefaultBackoffMax, "server: longest retry delay of a failed release")
+	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", csi.DefaultProbeInterval, "client: how often CSI plugins are health-probed")
 	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
@@ -112,148 +155,229 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.tlsAllowPlain, "tls-allow-plaintext", false, "migration mode: accept plaintext beside TLS while a cluster is switched (never leave it on)")
 	fs.BoolVar(&f.aclEnabled, "acl-enabled", false, "server: check ACL tokens on every call")
 	fs.StringVar(&f.aclToken, "acl-token", "", "client: a token that grants node:write, to register a new node when ACLs are on without TLS (default $CLAIMD_TOKEN)")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	configFiles, err := loadAgentConfig(fs, &f, configs)
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
+	return &configs
+}
+
+// newAgentLogger is the agent's root logger, on stderr.
+func newAgentLogger(f *agentFlags, stderr io.Writer) (hclog.Logger, error) {
 	level := hclog.LevelFromString(f.logLevel)
 	if level == hclog.NoLevel {
-		return fail(stderr, "-log-level: %q is not one of trace, debug, info, warn, error", f.logLevel)
+		return nil, fmt.Errorf("-log-level: %q is not one of trace, debug, info, warn, error", f.logLevel)
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "claimd", Level: level, JSONFormat: f.logJSON, Output: stderr})
+	return hclog.New(&hclog.LoggerOptions{Name: "claimd", Level: level, JSONFormat: f.logJSON, Output: stderr}), nil
+}
 
-	var stops []func()
-	var devSec *devPKI
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-	if f.dev {
-		f.server, f.client = true, true
-		f.bootstrapExpect = 1
-		if f.dataDir == "" {
-			dir, err := os.MkdirTemp("", "claimd-dev-")
-			if err != nil {
-				return fail(stderr, "%v", err)
-			}
-			stops = append(stops, func() { os.RemoveAll(dir) })
-			f.dataDir = dir
-		}
-		if f.nodeName == "" {
-			f.nodeName = "dev"
-		}
-		if !f.devInsecure && !f.tls.Enabled() {
-			var err error
-			if devSec, err = newDevPKI(f.dataDir); err != nil {
-				return fail(stderr, "dev certificates: %v", err)
-			}
-			f.tls, f.aclEnabled = devSec.agentTLS(), true
-		}
-		plug, err := startDevPlugin(f.dataDir, f.nodeName, logger)
-		if err != nil {
-			return fail(stderr, "start built-in plugin: %v", err)
-		}
-		stops = append(stops, plug.Stop)
-		f.plugins = append(f.plugins, csi.PluginConfig{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: plug.Endpoint()})
-		fmt.Fprintf(stdout, "built-in hostdir plugin: socket=%s root=%s\n", plug.Endpoint(), filepath.Join(f.dataDir, "hostdir"))
-	}
-	if !f.server && !f.client {
-		return fail(stderr, "choose -server, -client or -dev")
-	}
-	if f.debugAddr != "" {
-		stop, err := serveDebug(f.debugAddr, logger)
-		if err != nil {
-			return fail(stderr, "-debug-addr: %v", err)
-		}
-		stops = append(stops, stop)
-	}
-	var tlsConf *tlsutil.Configurator
-	if f.tls.Enabled() {
-		var err error
-		if tlsConf, err = tlsutil.NewConfigurator(f.tls); err != nil {
-			return fail(stderr, "%v", err)
-		}
-	} else if f.tlsAllowPlain {
-		return fail(stderr, "-tls-allow-plaintext needs -tls-ca-file, -tls-cert-file and -tls-key-file")
-	}
-	var srv *server.Server
-	if f.server {
-		var err error
-		if srv, err = startServer(f, tlsConf, logger); err != nil {
-			return fail(stderr, "start server: %v", err)
-		}
-		stops = append(stops, func() {
-			var err error
-			if f.leaveOnTerm {
-				err = srv.Leave(30 * time.Second)
-			} else {
-				err = srv.Shutdown()
-			}
-			if err != nil && !errors.Is(err, os.ErrClosed) {
-				logger.Error("server shutdown", "error", err)
-			}
-		})
-		fmt.Fprintf(stdout, "claimd server running: id=%s addr=%s data-dir=%s\n", srv.ID(), srv.Addr(), f.dataDir)
-	}
-	var agent *client.Agent
-	servers := splitList(f.servers)
-	if f.client {
-		if len(servers) == 0 && srv != nil {
-			servers = []string{srv.Addr()}
-		}
-		dataDir := f.dataDir
-		if f.server {
-			dataDir = filepath.Join(f.dataDir, "client")
-		}
-		var err error
-		agent, err = client.New(client.Config{
-			Servers: servers, DataDir: dataDir, NodeName: f.nodeName, Plugins: f.plugins, Logger: logger,
-			ProbeInterval: f.probeInterval, TLS: tlsConf, TLSAllowPlaintext: f.tlsAllowPlain,
-			RegisterToken: api.TokenFromEnv(f.aclToken),
-		})
-		if err != nil {
-			return fail(stderr, "start client: %v", err)
-		}
-		stops = append(stops, agent.Shutdown)
-		fmt.Fprintf(stdout, "claimd client running: node=%s servers=%s\n", agent.NodeID(), strings.Join(servers, ","))
-	}
-	if !httpDisabled(f.httpAddr) {
-		h, err := startHTTP(f, srv, agent, servers, tlsConf, logger)
-		if err != nil {
-			return fail(stderr, "-http-addr: %v", err)
-		}
-		stops = append(stops, func() { h.Shutdown() })
-		fmt.Fprintf(stdout, "claimd HTTP API: %s\n", h.URL())
-	}
-	if devSec != nil && srv != nil {
-		line, err := devSec.bootstrap(srv.Addr(), time.Minute)
-		if err != nil {
-			return fail(stderr, "%v", err)
-		}
-		// Shown once, to the one who started the agent (like acl
-		// bootstrap's output); never logged.
-		fmt.Fprintf(stdout, "dev agent: mutual TLS and ACLs are on. In another shell, for the CLI:\n  source %s\nwhich is:\n  %s\n", devSec.envFile, line)
-	}
+// agent is one running agent: its configuration (files and flags, and
+// what -dev fills in), what it started, and how to stop each part.
+type agent struct {
+	f      agentFlags
+	logger hclog.Logger
+	stdout io.Writer
+	stops  []func() // run in reverse order
 
+	devSec  *devPKI // -dev with TLS and ACLs
+	tls     *tlsutil.Configurator
+	srv     *server.Server
+	client  *client.Agent
+	servers []string // the servers the client agent and the HTTP API call
+}
+
+// onStop registers a part's stop, run before those registered earlier.
+func (a *agent) onStop(stop func()) { a.stops = append(a.stops, stop) }
+
+func (a *agent) stop() {
+	for i := len(a.stops) - 1; i >= 0; i-- {
+		a.stops[i]()
+	}
+}
+
+// start starts every part the configuration asks for, in order; an
+// error says which failed (what started before it is stopped by stop).
+func (a *agent) start() error {
+	if a.f.dev {
+		if err := a.setUpDev(); err != nil {
+			return err
+		}
+	}
+	if !a.f.server && !a.f.client {
+		return errors.New("choose -server, -client or -dev")
+	}
+	if err := a.startDebug(); err != nil {
+		return fmt.Errorf("-debug-addr: %w", err)
+	}
+	if err := a.loadTLS(); err != nil {
+		return err
+	}
+	if err := a.startServer(); err != nil {
+		return fmt.Errorf("start server: %w", err)
+	}
+	if err := a.startClient(); err != nil {
+		return fmt.Errorf("start client: %w", err)
+	}
+	if err := a.startHTTP(); err != nil {
+		return fmt.Errorf("-http-addr: %w", err)
+	}
+	return a.bootstrapDev()
+}
+
+// setUpDev fills in what -dev means: one server and a client agent, state
+// in a temporary directory unless -data-dir says otherwise, its own
+// certificates and ACLs unless TLS is configured or -dev-insecure, and
+// the built-in hostdir plugin in this process.
+func (a *agent) setUpDev() error {
+	f := &a.f
+	f.server, f.client = true, true
+	f.bootstrapExpect = 1
+	if f.dataDir == "" {
+		dir, err := os.MkdirTemp("", "claimd-dev-")
+		if err != nil {
+			return err
+		}
+		a.onStop(func() { os.RemoveAll(dir) })
+		f.dataDir = dir
+	}
+	if f.nodeName == "" {
+		f.nodeName = "dev"
+	}
+	if !f.devInsecure && !f.tls.Enabled() {
+		var err error
+		if a.devSec, err = newDevPKI(f.dataDir); err != nil {
+			return fmt.Errorf("dev certificates: %w", err)
+		}
+		f.tls, f.aclEnabled = a.devSec.agentTLS(), true
+	}
+	plug, err := startDevPlugin(f.dataDir, f.nodeName, a.logger)
+	if err != nil {
+		return fmt.Errorf("start built-in plugin: %w", err)
+	}
+	a.onStop(plug.Stop)
+	f.plugins = append(f.plugins, csi.PluginConfig{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: plug.Endpoint()})
+	fmt.Fprintf(a.stdout, "built-in hostdir plugin: socket=%s root=%s\n", plug.Endpoint(), filepath.Join(f.dataDir, "hostdir"))
+	return nil
+}
+
+// startDebug serves pprof on -debug-addr, if set.
+func (a *agent) startDebug() error {
+	if a.f.debugAddr == "" {
+		return nil
+	}
+	stop, err := serveDebug(a.f.debugAddr, a.logger)
+	if err != nil {
+		return err
+	}
+	a.onStop(stop)
+	return nil
+}
+
+// loadTLS reads the TLS files, when TLS is configured.
+func (a *agent) loadTLS() error {
+	if !a.f.tls.Enabled() {
+		if a.f.tlsAllowPlain {
+			return errors.New("-tls-allow-plaintext needs -tls-ca-file, -tls-cert-file and -tls-key-file")
+		}
+		return nil
+	}
+	var err error
+	a.tls, err = tlsutil.NewConfigurator(a.f.tls)
+	return err
+}
+
+// startServer starts the server, with -server. It leaves the Raft
+// configuration when stopped if -leave-on-terminate says so.
+func (a *agent) startServer() error {
+	if !a.f.server {
+		return nil
+	}
+	srv, err := startServer(a.f, a.tls, a.logger)
+	if err != nil {
+		return err
+	}
+	a.srv = srv
+	a.onStop(func() {
+		var err error
+		if a.f.leaveOnTerm {
+			err = srv.Leave(leaveTimeout)
+		} else {
+			err = srv.Shutdown()
+		}
+		if err != nil && !errors.Is(err, os.ErrClosed) {
+			a.logger.Error("server shutdown", "error", err)
+		}
+	})
+	fmt.Fprintf(a.stdout, "claimd server running: id=%s addr=%s data-dir=%s\n", srv.ID(), srv.Addr(), a.f.dataDir)
+	return nil
+}
+
+// startClient starts the client agent, with -client: on -servers, or on
+// this agent's own server; in a data dir of its own beside a server's.
+func (a *agent) startClient() error {
+	a.servers = splitList(a.f.servers)
+	if !a.f.client {
+		return nil
+	}
+	if len(a.servers) == 0 && a.srv != nil {
+		a.servers = []string{a.srv.Addr()}
+	}
+	dataDir := a.f.dataDir
+	if a.f.server {
+		dataDir = filepath.Join(a.f.dataDir, "client")
+	}
+	ca, err := client.New(client.Config{
+		Servers: a.servers, DataDir: dataDir, NodeName: a.f.nodeName, Plugins: a.f.plugins, Logger: a.logger,
+		ProbeInterval: a.f.probeInterval, TLS: a.tls, TLSAllowPlaintext: a.f.tlsAllowPlain,
+		RegisterToken: api.TokenFromEnv(a.f.aclToken),
+	})
+	if err != nil {
+		return err
+	}
+	a.client = ca
+	a.onStop(ca.Shutdown)
+	fmt.Fprintf(a.stdout, "claimd client running: node=%s servers=%s\n", ca.NodeID(), strings.Join(a.servers, ","))
+	return nil
+}
+
+// startHTTP serves the HTTP API unless -http-addr turns it off.
+func (a *agent) startHTTP() error {
+	if httpDisabled(a.f.httpAddr) {
+		return nil
+	}
+	h, err := startHTTP(a.f, a.srv, a.client, a.servers, a.tls, a.logger)
+	if err != nil {
+		return err
+	}
+	a.onStop(func() { h.Shutdown() })
+	fmt.Fprintf(a.stdout, "claimd HTTP API: %s\n", h.URL())
+	return nil
+}
+
+// bootstrapDev makes the dev agent's management token and shows the CLI's
+// environment, once, to the one who started the agent (like acl
+// bootstrap's output); it is never logged.
+func (a *agent) bootstrapDev() error {
+	if a.devSec == nil || a.srv == nil {
+		return nil
+	}
+	line, err := a.devSec.bootstrap(a.srv.Addr(), devBootstrapTimeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "dev agent: mutual TLS and ACLs are on. In another shell, for the CLI:\n  source %s\nwhich is:\n  %s\n", a.devSec.envFile, line)
+	return nil
+}
+
+// runUntilSignal returns on SIGINT or SIGTERM. SIGHUP reloads the
+// configuration files and the TLS files: existing connections (Raft among
+// them) keep going; new ones use what was reloaded.
+func (a *agent) runUntilSignal(files *agentConfigFiles) {
 	sigCh := make(chan os.Signal, 1)
 	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	for sig := range sigCh {
 		if sig != syscall.SIGHUP {
-			logger.Info("caught signal; stopping", "signal", sig.String())
-			break
+			a.logger.Info("caught signal; stopping", "signal", sig.String())
+			return
 		}
-		// Existing connections (Raft among them) keep going; new ones
-		// use what was reloaded.
-		configFiles.reload(reloadTargets{logger: logger, tls: tlsConf, srv: srv})
+		files.reload(reloadTargets{logger: a.logger, tls: a.tls, srv: a.srv})
 	}
-	return 0
 }
 
 func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*server.Server, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -37,97 +39,50 @@ func newID() string {
 }
 
 func runAllocRun(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("alloc run", stderr)
-	cf.register(fs)
-	node := fs.String("node", "", "node ID to place the allocation on (required)")
-	id := fs.String("id", "", "allocation ID (default: a new UUID)")
+	x := newServerCmd("alloc run", stdout, stderr)
+	node := x.fs.String("node", "", "node ID to place the allocation on (required)")
+	id := x.fs.String("id", "", "allocation ID (default: a new UUID)")
 	var vols volumeFlags
-	fs.Var(&vols, "volume", "volume to claim, VOL or VOL:ro (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if *id == "" {
-		*id = newID()
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	alloc := &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols}
-	if _, err := c.PlaceAllocs(ctx, alloc); err != nil {
-		return fail(stderr, "alloc run: %v", err)
-	}
-	fmt.Fprintf(stdout, "Allocation %q placed on node %q\n", *id, *node)
-	return 0
+	x.fs.Var(&vols, "volume", "volume to claim, VOL or VOL:ro (repeatable)")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+		if *id == "" {
+			*id = newID()
+		}
+		_, err := c.PlaceAllocs(ctx, &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols})
+		return x.done(err, "alloc run", "Allocation %q placed on node %q\n", *id, *node)
+	})
 }
 
 func runAllocStop(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("alloc stop", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() == 0 {
-		return fail(stderr, "usage: claimd alloc stop ID [ID...]")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if _, err := c.StopAllocs(ctx, fs.Args()...); err != nil {
-		return fail(stderr, "alloc stop: %v", err)
-	}
-	for _, id := range fs.Args() {
-		fmt.Fprintf(stdout, "Allocation %q stopping\n", id)
-	}
-	return 0
+	x := newServerCmd("alloc stop", stdout, stderr)
+	return x.run(args, atLeast(1, "usage: claimd alloc stop ID [ID...]"), func(ctx context.Context, c *api.Client, ids []string) int {
+		if _, err := c.StopAllocs(ctx, ids...); err != nil {
+			return x.fail("alloc stop: %v", err)
+		}
+		for _, id := range ids {
+			fmt.Fprintf(stdout, "Allocation %q stopping\n", id)
+		}
+		return 0
+	})
 }
 
 func runAllocStatus(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("alloc status", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	node := fs.String("node", "", "only this node's allocations")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	var allocs []*structs.Alloc
-	if fs.NArg() == 1 {
-		a, _, err := c.Alloc(ctx, fs.Arg(0), structs.QueryOptions{})
-		if err != nil {
-			return fail(stderr, "alloc status: %v", err)
-		}
-		if *asJSON {
-			return jsonOut(stdout, stderr, a)
-		}
-		allocs = []*structs.Alloc{a}
-	} else {
-		allocs, _, err = c.Allocs(ctx, *node, structs.QueryOptions{})
-		if err != nil {
-			return fail(stderr, "alloc status: %v", err)
-		}
-		if *asJSON {
-			if allocs == nil {
-				allocs = []*structs.Alloc{}
-			}
-			return jsonOut(stdout, stderr, allocs)
-		}
-	}
-	if len(allocs) == 0 {
-		fmt.Fprintln(stdout, "No allocations")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	x := newServerCmd("alloc status", stdout, stderr).jsonFlag("print JSON")
+	node := x.fs.String("node", "", "only this node's allocations")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+		return showOneOrAll(x, "alloc status", pos, func(id string) (*structs.Alloc, error) {
+			a, _, err := c.Alloc(ctx, id, structs.QueryOptions{})
+			return a, err
+		}, func() ([]*structs.Alloc, error) {
+			allocs, _, err := c.Allocs(ctx, *node, structs.QueryOptions{})
+			return allocs, err
+		}, "No allocations", func(w io.Writer, a *structs.Alloc) { printAllocs(w, []*structs.Alloc{a}) }, printAllocs)
+	})
+}
+
+// printAllocs is `alloc status`'s table.
+func printAllocs(w io.Writer, allocs []*structs.Alloc) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNode\tDesired\tClient Status\tVolumes\tDescription")
 	for _, a := range allocs {
 		var vs []string
@@ -142,12 +97,4 @@ func runAllocStatus(args []string, stdout, stderr io.Writer) int {
 			orDash(strings.Join(vs, ",")), orDash(a.ClientDescription))
 	}
 	tw.Flush()
-	return 0
-}
-
-func jsonOut(stdout, stderr io.Writer, v any) int {
-	if err := printJSON(stdout, v); err != nil {
-		return fail(stderr, "%v", err)
-	}
-	return 0
 }

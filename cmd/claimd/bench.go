@@ -69,13 +69,12 @@ Flags:
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("bench", stderr)
+	x := newServerCmd("bench", stdout, stderr)
+	fs := x.fs
 	fs.Usage = func() {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	cf.register(fs)
 	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended, release or scale")
 	target := fs.String("target", bench.TargetLeader, "where calls go: leader, follower or a server address; a comma-separated list runs each")
 	duration := fs.Duration("duration", 10*time.Second, "measured time of each run")
@@ -95,11 +94,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per run")
 	report := fs.String("report", "", "render FILE (JSON lines from -json runs, - for stdin) as markdown tables and exit")
 	logLevel := fs.String("log-level", "warn", "log level of the tool's own log (stderr)")
-	if err := fs.Parse(args); err != nil {
+	if _, ok := x.parse(args, noArguments); !ok {
 		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if *report != "" {
 		return benchReport(*report, stdout, stderr)
@@ -111,7 +107,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// The servers' addresses, the token and TLS as every command takes
 	// them (-address, -token, -ca-cert, -client-cert, -client-key, -region
 	// and their CLAIMD_* variables).
-	ac, err := cf.apiConfig()
+	ac, err := x.conn.apiConfig()
 	if err != nil {
 		return fail(stderr, "%v", err)
 	}
@@ -126,7 +122,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		Volumes:      *volumes,
 		Callers:      counts,
 		Hold:         *hold,
-		CallTimeout:  cf.timeout,
+		CallTimeout:  x.conn.timeout,
 		DrainTimeout: *drainTimeout,
 		KeepState:    *keep,
 		Nodes:        *nodes,

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/claimd/claimd/api"
@@ -58,6 +60,129 @@ func flagOrEnv(flagValue, env string) string {
 	return os.Getenv(env)
 }
 
+// cmd is one run of a command: its flag set and output, and, for a command
+// that talks to a server, the connection flags. Every command starts with
+// one (newCmd or newServerCmd); run is the prologue and epilogue of those
+// that call a server.
+type cmd struct {
+	fs             *flag.FlagSet
+	conn           cliFlags
+	asJSON         bool // -json, when the command took jsonFlag
+	interspersed   bool // flags may come after the positional arguments
+	stdout, stderr io.Writer
+}
+
+// newCmd is a command that talks to no server (or not through the api
+// client): a flag set named as the command is typed.
+func newCmd(name string, stdout, stderr io.Writer) *cmd {
+	return &cmd{fs: newFlagSet(name, stderr), stdout: stdout, stderr: stderr}
+}
+
+// newServerCmd is a command that talks to a server: -address, -timeout,
+// -token, -ca-cert, -client-cert, -client-key and -region.
+func newServerCmd(name string, stdout, stderr io.Writer) *cmd {
+	c := newCmd(name, stdout, stderr)
+	c.conn.register(c.fs)
+	return c
+}
+
+// jsonFlag adds -json; json prints with it.
+func (c *cmd) jsonFlag(help string) *cmd {
+	c.fs.BoolVar(&c.asJSON, "json", false, help)
+	return c
+}
+
+// flagsAnywhere lets flags come before, between or after the positional
+// arguments (parseInterspersed).
+func (c *cmd) flagsAnywhere() *cmd {
+	c.interspersed = true
+	return c
+}
+
+// argCheck checks a command's positional arguments (and anything else to
+// refuse before a server is contacted); its error is the message.
+type argCheck func(pos []string) error
+
+// exactly, atMost and atLeast refuse another number of positional
+// arguments with the command's usage line.
+func exactly(n int, usage string) argCheck {
+	return func(pos []string) error { return require(len(pos) == n, usage) }
+}
+
+func atMost(n int, usage string) argCheck {
+	return func(pos []string) error { return require(len(pos) <= n, usage) }
+}
+
+func atLeast(n int, usage string) argCheck {
+	return func(pos []string) error { return require(len(pos) >= n, usage) }
+}
+
+// require is an error saying msg unless ok.
+func require(ok bool, msg string) error {
+	if ok {
+		return nil
+	}
+	return errors.New(msg)
+}
+
+// noArgument refuses any positional argument, naming the first.
+func noArgument(pos []string) error {
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
+// noArguments refuses any positional argument, naming them all.
+func noArguments(pos []string) error {
+	if len(pos) > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(pos, " "))
+	}
+	return nil
+}
+
+// parse parses args and checks the positional arguments (check nil: any).
+// It returns false when the command must exit 1: the flag package or the
+// check has said why.
+func (c *cmd) parse(args []string, check argCheck) ([]string, bool) {
+	var pos []string
+	if c.interspersed {
+		var err error
+		if pos, err = parseInterspersed(c.fs, args); err != nil {
+			return nil, false
+		}
+	} else {
+		if err := c.fs.Parse(args); err != nil {
+			return nil, false
+		}
+		pos = c.fs.Args()
+	}
+	if check != nil {
+		if err := check(pos); err != nil {
+			c.fail("%v", err)
+			return nil, false
+		}
+	}
+	return pos, true
+}
+
+// run is the prologue every command that calls a server shares: parse
+// and check the arguments, open a client and a context bounded by
+// -timeout, run do, close both. It returns do's exit code, or 1 when the
+// flags, the arguments or the client's configuration are refused.
+func (c *cmd) run(args []string, check argCheck, do func(ctx context.Context, cl *api.Client, pos []string) int) int {
+	pos, ok := c.parse(args, check)
+	if !ok {
+		return 1
+	}
+	cl, ctx, done, err := c.conn.session()
+	if err != nil {
+		return c.fail("%v", err)
+	}
+	defer done()
+	return do(ctx, cl, pos)
+}
+
 // session opens a client and a context bounded by -timeout; done releases
 // both.
 func (c *cliFlags) session() (*api.Client, context.Context, func(), error) {
@@ -71,6 +196,16 @@ func (c *cliFlags) session() (*api.Client, context.Context, func(), error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	return cl, ctx, func() { cancel(); cl.Close() }, nil
+}
+
+// fail reports an error on stderr and returns exit code 1.
+func (c *cmd) fail(format string, args ...any) int {
+	return fail(c.stderr, format, args...)
+}
+
+// json prints v as indented JSON on stdout.
+func (c *cmd) json(v any) int {
+	return jsonOut(c.stdout, c.stderr, v)
 }
 
 // newFlagSet makes a flag set that reports errors to stderr and never exits.
@@ -89,4 +224,73 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+func jsonOut(stdout, stderr io.Writer, v any) int {
+	if err := printJSON(stdout, v); err != nil {
+		return fail(stderr, "%v", err)
+	}
+	return 0
+}
+
+// orEmpty is a list as JSON shows it: [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// done ends a command that changes something: its error after what, or
+// the line saying what it did.
+func (c *cmd) done(err error, what, format string, args ...any) int {
+	if err != nil {
+		return c.fail("%s: %v", what, err)
+	}
+	fmt.Fprintf(c.stdout, format, args...)
+	return 0
+}
+
+// showOne ends a command that shows one object: its error after what, the
+// object as JSON with -json, else print's text.
+func showOne[T any](x *cmd, what string, item T, err error, print func(io.Writer, T)) int {
+	if err != nil {
+		return x.fail("%s: %v", what, err)
+	}
+	if x.asJSON {
+		return x.json(item)
+	}
+	print(x.stdout, item)
+	return 0
+}
+
+// showList ends a command that lists objects: its error after what, the
+// list as JSON with -json (never null), none when it is empty, else
+// print's table.
+func showList[T any](x *cmd, what string, items []T, err error, none string, print func(io.Writer, []T)) int {
+	if err != nil {
+		return x.fail("%s: %v", what, err)
+	}
+	if x.asJSON {
+		return x.json(orEmpty(items))
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(x.stdout, none)
+		return 0
+	}
+	print(x.stdout, items)
+	return 0
+}
+
+// showOneOrAll is `X status [ID]`: with one argument the object it names
+// (showOne), else the list (showList; further arguments are not looked
+// at).
+func showOneOrAll[T any](x *cmd, what string, pos []string, one func(id string) (T, error), all func() ([]T, error),
+	none string, printOne func(io.Writer, T), printAll func(io.Writer, []T)) int {
+	if len(pos) == 1 {
+		item, err := one(pos[0])
+		return showOne(x, what, item, err, printOne)
+	}
+	items, err := all()
+	return showList(x, what, items, err, none, printAll)
 }

@@ -10,51 +10,91 @@ import (
 	"strings"
 )
 
-// command is one CLI verb. run returns the exit code: 0 ok, 1 error, 2 done
-// only in part (`volume expand` with nodes pending).
+// command is one entry of the command table: a verb with its run function,
+// or a group of verbs (sub) under one word. run returns the exit code: 0
+// ok, 1 error, 2 done only in part (`volume expand` with nodes pending).
 type command struct {
-	synopsis string
-	run      func(args []string, stdout, stderr io.Writer) int
+	name  string
+	usage string // one line for claimd's usage (verbs only)
+	run   func(args []string, stdout, stderr io.Writer) int
+	sub   []command
 }
 
-// moreCommands holds commands registered by other files' init functions
-// (registerCommand), so that a new command group is a new file.
-var moreCommands = map[string]command{}
-
-// registerCommand adds a command from an init function.
-func registerCommand(name, synopsis string, run func(args []string, stdout, stderr io.Writer) int) {
-	if _, dup := moreCommands[name]; dup {
-		panic("claimd: command registered twice: " + name)
-	}
-	moreCommands[name] = command{synopsis, run}
-}
-
-func commands() map[string]command {
-	cmds := map[string]command{
-		"agent":                         {"run a server, a client agent, or both (-dev)", runAgent},
-		"operator raft list-peers":      {"list the Raft members", runListPeers},
-		"operator raft remove-peer":     {"remove a server from the Raft configuration", runRemovePeer},
-		"operator raft transfer-leader": {"move leadership to another server", runTransferLeader},
-		"volume register":               {"register or update a volume from a JSON spec", runVolumeRegister},
-		"volume status":                 {"show volumes, or one volume", runVolumeStatus},
-		"volume deregister":             {"remove a volume", runVolumeDeregister},
-		"volume create":                 {"create a volume through its controller plugin from a JSON spec", runVolumeCreate},
-		"volume delete":                 {"delete an unclaimed volume through its controller plugin", runVolumeDelete},
-		"alloc run":                     {"place an allocation that claims volumes", runAllocRun},
-		"alloc stop":                    {"stop allocations (the servers release their claims)", runAllocStop},
-		"alloc status":                  {"show allocations, or one", runAllocStatus},
-		"node status":                   {"show client nodes, or one", runNodeStatus},
-		"plugin status":                 {"show CSI plugins, or one", runPluginStatus},
-		"eval list":                     {"show volume-claim GC evals", runEvalList},
-		"system gc":                     {"run the claim GC now (never waits for stuck releases)", runSystemGC},
-		"volume detach":                 {"release a node's claims on a volume now (-force: node gone for good)", runVolumeDetach},
-		"csi-plugin hostdir":            {"run the built-in hostdir CSI plugin", runHostdirPlugin},
-		"bench":                         {"drive a running cluster with claims and report throughput and latency", runBench},
-	}
-	for name, c := range moreCommands {
-		cmds[name] = c
-	}
-	return cmds
+// commands is the command table, the one place a command is added.
+var commands = []command{
+	{name: "agent", usage: "run a server, a client agent, or both (-dev)", run: runAgent},
+	{name: "bench", usage: "drive a running cluster with claims and report throughput and latency", run: runBench},
+	{name: "csi-plugin", sub: []command{
+		{name: "hostdir", usage: "run the built-in hostdir CSI plugin", run: runHostdirPlugin},
+	}},
+	{name: "operator", sub: []command{
+		{name: "raft", sub: []command{
+			{name: "list-peers", usage: "list the Raft members", run: runListPeers},
+			{name: "remove-peer", usage: "remove a server from the Raft configuration", run: runRemovePeer},
+			{name: "transfer-leader", usage: "move leadership to another server", run: runTransferLeader},
+			{name: "health", usage: "show each server's contact with the leader, log lag and health", run: runRaftHealth},
+		}},
+		{name: "snapshot", sub: []command{
+			{name: "save", usage: "save the whole cluster state to an archive (backup)", run: runSnapshotSave},
+			{name: "restore", usage: "replace the whole cluster state with an archive's", run: runSnapshotRestore},
+			{name: "inspect", usage: "verify an archive offline and count its records per table", run: runSnapshotInspect},
+		}},
+	}},
+	{name: "volume", sub: []command{
+		{name: "register", usage: "register or update a volume from a JSON spec", run: runVolumeRegister},
+		{name: "status", usage: "show volumes, or one volume", run: runVolumeStatus},
+		{name: "deregister", usage: "remove a volume", run: runVolumeDeregister},
+		{name: "create", usage: "create a volume through its controller plugin from a JSON spec", run: runVolumeCreate},
+		{name: "delete", usage: "delete an unclaimed volume through its controller plugin", run: runVolumeDelete},
+		{name: "detach", usage: "release a node's claims on a volume now (-force: node gone for good)", run: runVolumeDetach},
+		{name: "expand", usage: "grow a volume to -capacity through its plugin, on the controller and the nodes using it", run: runVolumeExpand},
+		{name: "snapshot", sub: []command{
+			{name: "create", usage: "snapshot a volume through its controller plugin (idempotent by NAME)", run: runSnapshotCreate},
+			{name: "list", usage: "list snapshots from the controller plugins (-plugin P: one plugin)", run: runSnapshotList},
+			{name: "delete", usage: "delete a snapshot through a plugin's controller", run: runSnapshotDelete},
+		}},
+	}},
+	{name: "alloc", sub: []command{
+		{name: "run", usage: "place an allocation that claims volumes", run: runAllocRun},
+		{name: "stop", usage: "stop allocations (the servers release their claims)", run: runAllocStop},
+		{name: "status", usage: "show allocations, or one", run: runAllocStatus},
+	}},
+	{name: "node", sub: []command{
+		{name: "status", usage: "show client nodes, or one", run: runNodeStatus},
+	}},
+	{name: "plugin", sub: []command{
+		{name: "status", usage: "show CSI plugins, or one", run: runPluginStatus},
+	}},
+	{name: "eval", sub: []command{
+		{name: "list", usage: "show volume-claim GC evals", run: runEvalList},
+	}},
+	{name: "system", sub: []command{
+		{name: "gc", usage: "run the claim GC now (never waits for stuck releases)", run: runSystemGC},
+	}},
+	{name: "acl", sub: []command{
+		{name: "bootstrap", usage: "create the first management token (once per cluster)", run: runACLBootstrap},
+		{name: "policy", sub: []command{
+			{name: "apply", usage: "create or update an ACL policy from an HCL or JSON file", run: runACLPolicyApply},
+			{name: "list", usage: "list ACL policies", run: runACLPolicyList},
+			{name: "info", usage: "show one ACL policy with its rules", run: runACLPolicyInfo},
+			{name: "delete", usage: "delete an ACL policy", run: runACLPolicyDelete},
+		}},
+		{name: "token", sub: []command{
+			{name: "create", usage: "create an ACL token (its secret is shown this once)", run: runACLTokenCreate},
+			{name: "list", usage: "list ACL tokens (without secrets)", run: runACLTokenList},
+			{name: "info", usage: "show one ACL token by accessor ID (without its secret)", run: runACLTokenInfo},
+			{name: "self", usage: "show the token in use (-token or $CLAIMD_TOKEN)", run: runACLTokenSelf},
+			{name: "delete", usage: "delete an ACL token by accessor ID", run: runACLTokenDelete},
+		}},
+	}},
+	{name: "tls", sub: []command{
+		{name: "ca", sub: []command{
+			{name: "create", usage: "create a CA for agent and CLI certificates", run: runTLSCACreate},
+		}},
+		{name: "cert", sub: []command{
+			{name: "create", usage: "create a server, client or CLI certificate signed by the CA", run: runTLSCertCreate},
+		}},
+	}},
 }
 
 func main() {
@@ -62,32 +102,58 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
-	// Longest match first: "operator raft list-peers" before "operator".
-	for n := min(4, len(args)); n >= 1; n-- {
-		if c, ok := cmds[strings.Join(args[:n], " ")]; ok {
-			return c.run(args[n:], stdout, stderr)
-		}
+	if c, rest := lookup(commands, args); c != nil {
+		return c.run(rest, stdout, stderr)
 	}
-	if len(args) > 0 && args[0] != "-h" && args[0] != "-help" && args[0] != "help" {
+	help := len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help"
+	if !help {
 		fmt.Fprintf(stderr, "claimd: unknown command %q\n\n", strings.Join(args, " "))
 	}
-	usage(stderr, cmds)
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
+	usage(stderr)
+	if help {
 		return 0
 	}
 	return 1
 }
 
-func usage(w io.Writer, cmds map[string]command) {
+// lookup walks the table along args' leading words to a verb and returns
+// it with the arguments after its name; nil when args name no verb (none,
+// an unknown word, or a group without one of its verbs).
+func lookup(table []command, args []string) (*command, []string) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	for i := range table {
+		c := &table[i]
+		switch {
+		case c.name != args[0]:
+		case c.sub != nil:
+			return lookup(c.sub, args[1:])
+		default:
+			return c, args[1:]
+		}
+	}
+	return nil, nil
+}
+
+// usage lists every verb by its full name, in order.
+func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: claimd <command> [flags]")
 	fmt.Fprintln(w)
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
+	var lines [][2]string
+	var walk func(prefix string, table []command)
+	walk = func(prefix string, table []command) {
+		for _, c := range table {
+			if c.sub != nil {
+				walk(prefix+c.name+" ", c.sub)
+			} else {
+				lines = append(lines, [2]string{prefix + c.name, c.usage})
+			}
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-32s %s\n", n, cmds[n].synopsis)
+	walk("", commands)
+	sort.Slice(lines, func(i, j int) bool { return lines[i][0] < lines[j][0] })
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %-32s %s\n", l[0], l[1])
 	}
 }

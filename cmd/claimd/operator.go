@@ -1,83 +1,59 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/claimd/claimd/api"
 )
 
 func runListPeers(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("operator raft list-peers", stderr)
-	cf.register(fs)
-	stale := fs.Bool("stale", false, "answer from the contacted server's view instead of the leader's")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	conf, err := c.RaftConfiguration(ctx, *stale)
-	if err != nil {
-		return fail(stderr, "list peers: %v", err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
-	for _, s := range conf.Servers {
-		state := "follower"
-		if s.Leader {
-			state = "leader"
+	x := newServerCmd("operator raft list-peers", stdout, stderr)
+	stale := x.fs.Bool("stale", false, "answer from the contacted server's view instead of the leader's")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+		conf, err := c.RaftConfiguration(ctx, *stale)
+		if err != nil {
+			return x.fail("list peers: %v", err)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", orDash(s.Node), s.ID, s.Address, state, s.Voter)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
+		for _, s := range conf.Servers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", orDash(s.Node), s.ID, s.Address, raftState(s.Leader), s.Voter)
+		}
+		tw.Flush()
+		return 0
+	})
+}
+
+// raftState is a server's state column: leader or follower.
+func raftState(leader bool) string {
+	if leader {
+		return "leader"
 	}
-	tw.Flush()
-	return 0
+	return "follower"
 }
 
 func runRemovePeer(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("operator raft remove-peer", stderr)
-	cf.register(fs)
-	id := fs.String("id", "", "Raft ID of the server to remove")
-	peerAddr := fs.String("peer-address", "", "address of the server to remove (when the ID is unknown)")
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("operator raft remove-peer", stdout, stderr)
+	id := x.fs.String("id", "", "Raft ID of the server to remove")
+	peerAddr := x.fs.String("peer-address", "", "address of the server to remove (when the ID is unknown)")
+	check := func([]string) error {
+		return require(*id != "" || *peerAddr != "", "-id or -peer-address is required")
 	}
-	if *id == "" && *peerAddr == "" {
-		return fail(stderr, "-id or -peer-address is required")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if err := c.RaftRemovePeer(ctx, *id, *peerAddr); err != nil {
-		return fail(stderr, "remove peer: %v", err)
-	}
-	fmt.Fprintln(stdout, "Removed peer", *id+*peerAddr)
-	return 0
+	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
+		err := c.RaftRemovePeer(ctx, *id, *peerAddr)
+		return x.done(err, "remove peer", "Removed peer %s\n", *id+*peerAddr)
+	})
 }
 
 func runTransferLeader(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("operator raft transfer-leader", stderr)
-	cf.register(fs)
-	id := fs.String("id", "", "Raft ID of the new leader (default: Raft picks)")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if err := c.TransferLeadership(ctx, *id); err != nil {
-		return fail(stderr, "transfer leadership: %v", err)
-	}
-	fmt.Fprintln(stdout, "Leadership transferred")
-	return 0
+	x := newServerCmd("operator raft transfer-leader", stdout, stderr)
+	id := x.fs.String("id", "", "Raft ID of the new leader (default: Raft picks)")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+		return x.done(c.TransferLeadership(ctx, *id), "transfer leadership", "Leadership transferred\n")
+	})
 }
 
 func orDash(s string) string {

@@ -1,46 +1,30 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
-func init() {
-	registerCommand("operator raft health", "show each server's contact with the leader, log lag and health", runRaftHealth)
-}
-
 func runRaftHealth(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("operator raft health", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected argument %q", fs.Arg(0))
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	h, err := c.RaftHealth(ctx)
-	if err != nil {
-		return fail(stderr, "raft health: %v", err)
-	}
-	if *asJSON {
-		if h.Servers == nil {
-			h.Servers = []structs.RaftServerHealth{}
+	x := newServerCmd("operator raft health", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, noArgument, func(ctx context.Context, c *api.Client, _ []string) int {
+		h, err := c.RaftHealth(ctx)
+		if err != nil {
+			return x.fail("raft health: %v", err)
 		}
-		return jsonOut(stdout, stderr, h)
-	}
-	printRaftHealth(stdout, h)
-	return 0
+		if x.asJSON {
+			h.Servers = orEmpty(h.Servers)
+			return x.json(h)
+		}
+		printRaftHealth(stdout, h)
+		return 0
+	})
 }
 
 // printRaftHealth writes the table an operator reads: one line per server,
@@ -49,11 +33,7 @@ func printRaftHealth(w io.Writer, h *structs.RaftHealthResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter\tStatus\tHealthy\tLast Contact\tLast Index\tIndex Lag")
 	for _, s := range h.Servers {
-		state := "follower"
-		if s.Leader {
-			state = "leader"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%t\t%s\t%d\t%d\n", orDash(s.Name), s.ID, s.Address, state, s.Voter,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%t\t%s\t%d\t%d\n", orDash(s.Name), s.ID, s.Address, raftState(s.Leader), s.Voter,
 			s.Status, s.Healthy, roundDuration(s.LastContact), s.LastIndex, s.IndexLag)
 	}
 	tw.Flush()

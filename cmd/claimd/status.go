@@ -1,61 +1,39 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
 func runNodeStatus(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("node status", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	var nodes []*structs.Node
-	if fs.NArg() == 1 {
-		n, _, err := c.Node(ctx, fs.Arg(0), structs.QueryOptions{})
-		if err != nil {
-			return fail(stderr, "node status: %v", err)
-		}
-		if *asJSON {
-			return jsonOut(stdout, stderr, n)
-		}
-		nodes = []*structs.Node{n}
-	} else {
-		if nodes, _, err = c.Nodes(ctx, structs.QueryOptions{}); err != nil {
-			return fail(stderr, "node status: %v", err)
-		}
-		if *asJSON {
-			if nodes == nil {
-				nodes = []*structs.Node{}
-			}
-			return jsonOut(stdout, stderr, nodes)
-		}
-	}
-	if len(nodes) == 0 {
-		fmt.Fprintln(stdout, "No nodes")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+		return showOneOrAll(x, "node status", pos, func(id string) (*structs.Node, error) {
+			n, _, err := c.Node(ctx, id, structs.QueryOptions{})
+			return n, err
+		}, func() ([]*structs.Node, error) {
+			nodes, _, err := c.Nodes(ctx, structs.QueryOptions{})
+			return nodes, err
+		}, "No nodes", func(w io.Writer, n *structs.Node) { printNodes(w, []*structs.Node{n}) }, printNodes)
+	})
+}
+
+// printNodes is `node status`'s table.
+func printNodes(w io.Writer, nodes []*structs.Node) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tName\tStatus\tNode Plugins\tController Plugins")
 	for _, n := range nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status,
 			pluginHealth(n.CSINodePlugins), pluginHealth(n.CSIControllerPlugins))
 	}
 	tw.Flush()
-	return 0
 }
 
 func pluginHealth(m map[string]*structs.CSIInfo) string {
@@ -74,81 +52,37 @@ func pluginHealth(m map[string]*structs.CSIInfo) string {
 }
 
 func runPluginStatus(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("plugin status", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	var plugs []*structs.Plugin
-	if fs.NArg() == 1 {
-		p, _, err := c.Plugin(ctx, fs.Arg(0), structs.QueryOptions{})
-		if err != nil {
-			return fail(stderr, "plugin status: %v", err)
-		}
-		if *asJSON {
-			return jsonOut(stdout, stderr, p)
-		}
-		printPluginDetail(stdout, p)
-		return 0
-	} else {
-		if plugs, _, err = c.Plugins(ctx, structs.QueryOptions{}); err != nil {
-			return fail(stderr, "plugin status: %v", err)
-		}
-		if *asJSON {
-			if plugs == nil {
-				plugs = []*structs.Plugin{}
-			}
-			return jsonOut(stdout, stderr, plugs)
-		}
-	}
-	if len(plugs) == 0 {
-		fmt.Fprintln(stdout, "No plugins")
-		return 0
-	}
-	printPluginList(stdout, plugs)
-	return 0
+	x := newServerCmd("plugin status", stdout, stderr).jsonFlag("print JSON")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+		return showOneOrAll(x, "plugin status", pos, func(id string) (*structs.Plugin, error) {
+			p, _, err := c.Plugin(ctx, id, structs.QueryOptions{})
+			return p, err
+		}, func() ([]*structs.Plugin, error) {
+			plugs, _, err := c.Plugins(ctx, structs.QueryOptions{})
+			return plugs, err
+		}, "No plugins", printPluginDetail, printPluginList)
+	})
 }
 
 func runEvalList(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("eval list", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	status := fs.String("status", "", "only evals with this status (pending, complete, failed)")
-	volume := fs.String("volume", "", "only this volume's evals")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	evals, _, err := c.Evals(ctx, structs.EvalStatus(*status), *volume, structs.QueryOptions{})
-	if err != nil {
-		return fail(stderr, "eval list: %v", err)
-	}
-	if *asJSON {
-		if evals == nil {
-			evals = []*structs.Eval{}
-		}
-		return jsonOut(stdout, stderr, evals)
-	}
-	if len(evals) == 0 {
-		fmt.Fprintln(stdout, "No evals")
-		return 0
-	}
-	sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
-	// Retry state is the leader's memory, not replicated: best effort.
-	retries, _ := c.ReleaseStatus(ctx)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	x := newServerCmd("eval list", stdout, stderr).jsonFlag("print JSON")
+	status := x.fs.String("status", "", "only evals with this status (pending, complete, failed)")
+	volume := x.fs.String("volume", "", "only this volume's evals")
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+		evals, _, err := c.Evals(ctx, structs.EvalStatus(*status), *volume, structs.QueryOptions{})
+		return showList(x, "eval list", evals, err, "No evals", func(w io.Writer, evals []*structs.Eval) {
+			sort.Slice(evals, func(i, j int) bool { return evals[i].CreateIndex < evals[j].CreateIndex })
+			// Retry state is the leader's memory, not replicated: best effort.
+			retries, _ := c.ReleaseStatus(ctx)
+			printEvals(w, evals, retries)
+		})
+	})
+}
+
+// printEvals is `eval list`'s table, with the leader's retry state of
+// pending evals.
+func printEvals(w io.Writer, evals []*structs.Eval, retries map[string]structs.ReleaseStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tType\tVolume\tStatus\tTriggered By\tDescription\tRetry")
 	for _, e := range evals {
 		retry := "-"
@@ -159,7 +93,6 @@ func runEvalList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Type, e.VolumeID, e.Status, orDash(e.TriggeredBy), orDash(e.StatusDescription), retry)
 	}
 	tw.Flush()
-	return 0
 }
 
 // printClaims shows a volume's live and past claims, and beside past

@@ -1,61 +1,40 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
 func runSystemGC(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("system gc", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	n, err := c.SystemGC(ctx)
-	if err != nil {
-		return fail(stderr, "system gc: %v", err)
-	}
-	fmt.Fprintf(stdout, "Claim GC done: %d evals created; pending releases retried now\n", n)
-	return 0
+	x := newServerCmd("system gc", stdout, stderr)
+	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+		n, err := c.SystemGC(ctx)
+		return x.done(err, "system gc", "Claim GC done: %d evals created; pending releases retried now\n", n)
+	})
 }
 
 func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume detach", stderr)
-	cf.register(fs)
-	force := fs.Bool("force", false, "skip the node detach: for a node that is gone for good (its mounts are not cleaned up)")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 2 {
-		return fail(stderr, "usage: claimd volume detach [-force] VOLUME NODE")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	resp, err := c.DetachVolume(ctx, fs.Arg(0), fs.Arg(1), *force)
-	if err != nil {
-		return fail(stderr, "volume detach: %v", err)
-	}
-	if len(resp.Released) > 0 {
-		fmt.Fprintf(stdout, "Released claims of allocs: %s\n", strings.Join(resp.Released, ", "))
-	}
-	if len(resp.Forced) > 0 {
-		fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s\n", strings.Join(resp.Forced, ", "))
-	}
-	return 0
+	x := newServerCmd("volume detach", stdout, stderr)
+	force := x.fs.Bool("force", false, "skip the node detach: for a node that is gone for good (its mounts are not cleaned up)")
+	return x.run(args, exactly(2, "usage: claimd volume detach [-force] VOLUME NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
+		resp, err := c.DetachVolume(ctx, pos[0], pos[1], *force)
+		if err != nil {
+			return x.fail("volume detach: %v", err)
+		}
+		if len(resp.Released) > 0 {
+			fmt.Fprintf(stdout, "Released claims of allocs: %s\n", strings.Join(resp.Released, ", "))
+		}
+		if len(resp.Forced) > 0 {
+			fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s\n", strings.Join(resp.Forced, ", "))
+		}
+		return 0
+	})
 }
 
 // formatRetry renders a release's retry state for a table cell.

@@ -19,20 +19,12 @@ const (
 	caKeyFileName  = "claimd-agent-ca-key.pem"
 )
 
-func init() {
-	registerCommand("tls ca create", "create a CA for agent and CLI certificates", runTLSCACreate)
-	registerCommand("tls cert create", "create a server, client or CLI certificate signed by the CA", runTLSCertCreate)
-}
-
 func runTLSCACreate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("tls ca create", stderr)
-	days := fs.Int("days", 5*365, "days the CA is valid")
-	dir := fs.String("dir", ".", "directory to write "+caCertFileName+" and "+caKeyFileName+" in")
-	if err := fs.Parse(args); err != nil {
+	x := newCmd("tls ca create", stdout, stderr)
+	days := x.fs.Int("days", 5*365, "days the CA is valid")
+	dir := x.fs.String("dir", ".", "directory to write "+caCertFileName+" and "+caKeyFileName+" in")
+	if _, ok := x.parse(args, noArgument); !ok {
 		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	certPath := filepath.Join(*dir, caCertFileName)
 	keyPath := filepath.Join(*dir, caKeyFileName)
@@ -55,7 +47,8 @@ func runTLSCACreate(args []string, stdout, stderr io.Writer) int {
 }
 
 func runTLSCertCreate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("tls cert create", stderr)
+	x := newCmd("tls cert create", stdout, stderr)
+	fs := x.fs
 	server := fs.Bool("server", false, "a server certificate (server.<region>.claimd)")
 	client := fs.Bool("client", false, "a client agent certificate (client.<region>.claimd)")
 	cli := fs.Bool("cli", false, "a CLI user's certificate (cli.<region>.claimd)")
@@ -78,11 +71,8 @@ func runTLSCertCreate(args []string, stdout, stderr io.Writer) int {
 		ips = append(ips, ip)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	if _, ok := x.parse(args, noArgument); !ok {
 		return 1
-	}
-	if fs.NArg() > 0 {
-		return fail(stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	var role tlsutil.Role
 	n := 0

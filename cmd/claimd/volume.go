@@ -2,15 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -57,123 +59,79 @@ func strictJSON(data []byte) *json.Decoder {
 }
 
 func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume register", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("volume register", stdout, stderr)
+	var vols []*structs.Volume
+	check := func(pos []string) (err error) {
+		if len(pos) != 1 {
+			return errors.New("usage: claimd volume register [flags] FILE (a JSON volume spec, or - for stdin)")
+		}
+		vols, err = readVolumeSpec(pos[0])
+		return err
 	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd volume register [flags] FILE (a JSON volume spec, or - for stdin)")
-	}
-	vols, err := readVolumeSpec(fs.Arg(0))
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	out, err := c.Register(ctx, vols...)
-	if err != nil {
-		return fail(stderr, "register: %v", err)
-	}
-	for _, v := range vols {
-		fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, out.RegisterIndex)
-	}
-	// A larger capacity than recorded grew the volume: said as `volume
-	// expand` says it, exit 2 with nodes pending.
-	return reportExpansions(stdout, stderr, out.Expanded...)
+	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
+		out, err := c.Register(ctx, vols...)
+		if err != nil {
+			return x.fail("register: %v", err)
+		}
+		for _, v := range vols {
+			fmt.Fprintf(stdout, "Volume %q registered (index %d)\n", v.ID, out.RegisterIndex)
+		}
+		// A larger capacity than recorded grew the volume: said as `volume
+		// expand` says it, exit 2 with nodes pending.
+		return reportExpansions(stdout, stderr, out.Expanded...)
+	})
 }
 
 func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume deregister", stderr)
-	cf.register(fs)
-	force := fs.Bool("force", false, "deregister even with claims, when every claiming allocation is terminal")
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd volume deregister [-force] ID")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if _, err := c.DeregisterVolumes(ctx, *force, fs.Arg(0)); err != nil {
-		return fail(stderr, "deregister: %v", err)
-	}
-	fmt.Fprintf(stdout, "Volume %q deregistered\n", fs.Arg(0))
-	return 0
+	x := newServerCmd("volume deregister", stdout, stderr)
+	force := x.fs.Bool("force", false, "deregister even with claims, when every claiming allocation is terminal")
+	return x.run(args, exactly(1, "usage: claimd volume deregister [-force] ID"), func(ctx context.Context, c *api.Client, pos []string) int {
+		_, err := c.DeregisterVolumes(ctx, *force, pos[0])
+		return x.done(err, "deregister", "Volume %q deregistered\n", pos[0])
+	})
 }
 
 func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume status", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	stale := fs.Bool("stale", false, "answer from the contacted server's state")
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("volume status", stdout, stderr).jsonFlag("print JSON")
+	stale := x.fs.Bool("stale", false, "answer from the contacted server's state")
+	return x.run(args, atMost(1, "usage: claimd volume status [-json] [ID]"), func(ctx context.Context, c *api.Client, pos []string) int {
+		q := structs.QueryOptions{AllowStale: *stale}
+		return showOneOrAll(x, "volume status", pos, func(id string) (*structs.Volume, error) {
+			vol, _, err := c.Volume(ctx, id, q)
+			return vol, err
+		}, func() ([]*structs.Volume, error) {
+			vols, _, err := c.Volumes(ctx, "", q)
+			return vols, err
+		}, "No volumes", func(w io.Writer, vol *structs.Volume) {
+			printVolume(w, vol, releaseRetry(ctx, c, vol))
+		}, printVolumes)
+	})
+}
+
+// releaseRetry is the leader's retry state of a volume's release, when it
+// has past claims and the leader has one (best effort: nil otherwise).
+func releaseRetry(ctx context.Context, c *api.Client, vol *structs.Volume) *structs.ReleaseStatus {
+	if len(vol.PastClaims) == 0 {
+		return nil
 	}
-	if fs.NArg() > 1 {
-		return fail(stderr, "usage: claimd volume status [-json] [ID]")
-	}
-	c, ctx, done, err := cf.session()
+	st, err := c.ReleaseStatus(ctx)
 	if err != nil {
-		return fail(stderr, "%v", err)
+		return nil
 	}
-	defer done()
-	q := structs.QueryOptions{AllowStale: *stale}
-	if fs.NArg() == 1 {
-		vol, _, err := c.Volume(ctx, fs.Arg(0), q)
-		if err != nil {
-			return fail(stderr, "volume status: %v", err)
-		}
-		if *asJSON {
-			if err := printJSON(stdout, vol); err != nil {
-				return fail(stderr, "%v", err)
-			}
-			return 0
-		}
-		var retry *structs.ReleaseStatus
-		if len(vol.PastClaims) > 0 {
-			if st, err := c.ReleaseStatus(ctx); err == nil {
-				if r, ok := st[vol.ID]; ok {
-					retry = &r
-				}
-			}
-		}
-		printVolume(stdout, vol, retry)
-		return 0
+	if r, ok := st[vol.ID]; ok {
+		return &r
 	}
-	vols, _, err := c.Volumes(ctx, "", q)
-	if err != nil {
-		return fail(stderr, "volume status: %v", err)
-	}
-	if *asJSON {
-		if vols == nil {
-			vols = []*structs.Volume{}
-		}
-		if err := printJSON(stdout, vols); err != nil {
-			return fail(stderr, "%v", err)
-		}
-		return 0
-	}
-	if len(vols) == 0 {
-		fmt.Fprintln(stdout, "No volumes")
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	return nil
+}
+
+// printVolumes is `volume status`'s table.
+func printVolumes(w io.Writer, vols []*structs.Volume) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tName\tPlugin\tAccess Mode\tAttachment Mode")
 	for _, v := range vols {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.ID, orDash(v.Name), v.PluginID, v.AccessMode, v.AttachmentMode)
 	}
 	tw.Flush()
-	return 0
 }
 
 func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
@@ -238,13 +196,8 @@ func formatMap(m map[string]string) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
+	parts := make([]string, 0, len(m))
+	for _, k := range structs.SortedKeys(m) {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, " ")
@@ -255,10 +208,5 @@ func formatSecretKeys(s structs.Secrets) string {
 	if len(s) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(s))
-	for k := range s {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return strings.Join(keys, ",") + " (values hidden)"
+	return strings.Join(structs.SortedKeys(s), ",") + " (values hidden)"
 }

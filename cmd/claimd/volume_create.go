@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -22,57 +25,38 @@ func readCreateSpec(path string) (*structs.VolumeCreateSpec, error) {
 }
 
 func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume create", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
+	x := newServerCmd("volume create", stdout, stderr)
+	var spec *structs.VolumeCreateSpec
+	check := func(pos []string) (err error) {
+		if len(pos) != 1 {
+			return errors.New("usage: claimd volume create [flags] FILE (a JSON volume create spec, or - for stdin)")
+		}
+		if spec, err = readCreateSpec(pos[0]); err != nil {
+			return err
+		}
+		if err := spec.Validate(); err != nil {
+			return fmt.Errorf("create: %v", err)
+		}
+		return nil
 	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd volume create [flags] FILE (a JSON volume create spec, or - for stdin)")
-	}
-	spec, err := readCreateSpec(fs.Arg(0))
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	if err := spec.Validate(); err != nil {
-		return fail(stderr, "create: %v", err)
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	out, err := c.Create(ctx, spec)
-	if err != nil {
-		return fail(stderr, "create: %v", err)
-	}
-	if out.Expanded != nil {
-		return reportExpansions(stdout, stderr, out.Expanded)
-	}
-	fmt.Fprintf(stdout, "Volume %q created: external ID %q, capacity %d bytes (index %d)\n",
-		out.Volume.ID, out.Volume.ExternalID, out.Volume.Capacity, out.Index)
-	return 0
+	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
+		out, err := c.Create(ctx, spec)
+		if err != nil {
+			return x.fail("create: %v", err)
+		}
+		if out.Expanded != nil {
+			return reportExpansions(stdout, stderr, out.Expanded)
+		}
+		fmt.Fprintf(stdout, "Volume %q created: external ID %q, capacity %d bytes (index %d)\n",
+			out.Volume.ID, out.Volume.ExternalID, out.Volume.Capacity, out.Index)
+		return 0
+	})
 }
 
 func runVolumeDelete(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume delete", stderr)
-	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 1
-	}
-	if fs.NArg() != 1 {
-		return fail(stderr, "usage: claimd volume delete [flags] ID")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if _, err := c.DeleteVolume(ctx, fs.Arg(0)); err != nil {
-		return fail(stderr, "delete: %v", err)
-	}
-	fmt.Fprintf(stdout, "Volume %q deleted\n", fs.Arg(0))
-	return 0
+	x := newServerCmd("volume delete", stdout, stderr)
+	return x.run(args, exactly(1, "usage: claimd volume delete [flags] ID"), func(ctx context.Context, c *api.Client, pos []string) int {
+		_, err := c.DeleteVolume(ctx, pos[0])
+		return x.done(err, "delete", "Volume %q deleted\n", pos[0])
+	})
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,15 +11,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
-
-func init() {
-	registerCommand("volume snapshot create", "snapshot a volume through its controller plugin (idempotent by NAME)", runSnapshotCreate)
-	registerCommand("volume snapshot list", "list snapshots from the controller plugins (-plugin P: one plugin)", runSnapshotList)
-	registerCommand("volume snapshot delete", "delete a snapshot through a plugin's controller", runSnapshotDelete)
-	registerCommand("volume expand", "grow a volume to -capacity through its plugin, on the controller and the nodes using it", runVolumeExpand)
-}
 
 // parseInterspersed parses flags that may come before, between or after
 // the positional arguments (`volume expand VOL -capacity 2GiB`), which the
@@ -72,67 +68,36 @@ func parseSize(s string) (int64, error) {
 }
 
 func runSnapshotCreate(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume snapshot create", stderr)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print the snapshot as JSON")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 1
-	}
-	if len(pos) != 2 {
-		return fail(stderr, "usage: claimd volume snapshot create [flags] VOLUME NAME")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	snap, err := c.CreateSnapshot(ctx, pos[0], pos[1], nil)
-	if err != nil {
-		return fail(stderr, "snapshot create: %v", err)
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, snap)
-	}
-	fmt.Fprintf(stdout, "Snapshot %q of volume %q created: ID %q, %d bytes, ready %t (plugin %q)\n",
-		pos[1], pos[0], snap.ID, snap.SizeBytes, snap.ReadyToUse, snap.PluginID)
-	return 0
+	x := newServerCmd("volume snapshot create", stdout, stderr).jsonFlag("print the snapshot as JSON").flagsAnywhere()
+	return x.run(args, exactly(2, "usage: claimd volume snapshot create [flags] VOLUME NAME"), func(ctx context.Context, c *api.Client, pos []string) int {
+		snap, err := c.CreateSnapshot(ctx, pos[0], pos[1], nil)
+		return showOne(x, "snapshot create", snap, err, func(w io.Writer, snap *structs.Snapshot) {
+			fmt.Fprintf(w, "Snapshot %q of volume %q created: ID %q, %d bytes, ready %t (plugin %q)\n",
+				pos[1], pos[0], snap.ID, snap.SizeBytes, snap.ReadyToUse, snap.PluginID)
+		})
+	})
 }
 
 func runSnapshotList(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume snapshot list", stderr)
-	cf.register(fs)
-	plugin := fs.String("plugin", "", "only this plugin's snapshots (default: every plugin that lists snapshots)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 1
-	}
-	if len(pos) != 0 {
-		return fail(stderr, "usage: claimd volume snapshot list [flags] [-plugin ID]")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	out, err := c.Snapshots(ctx, *plugin)
-	if err != nil {
-		return fail(stderr, "snapshot list: %v", err)
-	}
-	if *asJSON {
-		return jsonOut(stdout, stderr, out)
-	}
-	printSnapshots(stdout, out.Snapshots)
-	for _, p := range structs.SortedKeys(out.Unreachable) {
-		fmt.Fprintf(stderr, "Warning: plugin %q could not list its snapshots: %s\n", p, out.Unreachable[p])
-	}
-	if len(out.Unreachable) > 0 {
-		return 1
-	}
-	return 0
+	x := newServerCmd("volume snapshot list", stdout, stderr).jsonFlag("print JSON").flagsAnywhere()
+	plugin := x.fs.String("plugin", "", "only this plugin's snapshots (default: every plugin that lists snapshots)")
+	return x.run(args, exactly(0, "usage: claimd volume snapshot list [flags] [-plugin ID]"), func(ctx context.Context, c *api.Client, _ []string) int {
+		out, err := c.Snapshots(ctx, *plugin)
+		if err != nil {
+			return x.fail("snapshot list: %v", err)
+		}
+		if x.asJSON {
+			return x.json(out)
+		}
+		printSnapshots(stdout, out.Snapshots)
+		for _, p := range structs.SortedKeys(out.Unreachable) {
+			fmt.Fprintf(stderr, "Warning: plugin %q could not list its snapshots: %s\n", p, out.Unreachable[p])
+		}
+		if len(out.Unreachable) > 0 {
+			return 1
+		}
+		return 0
+	})
 }
 
 func printSnapshots(w io.Writer, snaps []*structs.Snapshot) {
@@ -154,26 +119,10 @@ func printSnapshots(w io.Writer, snaps []*structs.Snapshot) {
 }
 
 func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume snapshot delete", stderr)
-	cf.register(fs)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 1
-	}
-	if len(pos) != 2 {
-		return fail(stderr, "usage: claimd volume snapshot delete [flags] PLUGIN SNAPSHOT_ID")
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	if err := c.DeleteSnapshot(ctx, pos[0], pos[1]); err != nil {
-		return fail(stderr, "snapshot delete: %v", err)
-	}
-	fmt.Fprintf(stdout, "Snapshot %q of plugin %q deleted\n", pos[1], pos[0])
-	return 0
+	x := newServerCmd("volume snapshot delete", stdout, stderr).flagsAnywhere()
+	return x.run(args, exactly(2, "usage: claimd volume snapshot delete [flags] PLUGIN SNAPSHOT_ID"), func(ctx context.Context, c *api.Client, pos []string) int {
+		return x.done(c.DeleteSnapshot(ctx, pos[0], pos[1]), "snapshot delete", "Snapshot %q of plugin %q deleted\n", pos[1], pos[0])
+	})
 }
 
 // runVolumeExpand exits 0 only when every node finished: with nodes
@@ -181,31 +130,25 @@ func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
 // nodes still must expand, and exits 2 so scripts notice
 // (reportExpansions).
 func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
-	var cf cliFlags
-	fs := newFlagSet("volume expand", stderr)
-	cf.register(fs)
-	capText := fs.String("capacity", "", "the size to grow to: bytes, or with a unit (2GiB, 500MB)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 1
+	x := newServerCmd("volume expand", stdout, stderr).flagsAnywhere()
+	capText := x.fs.String("capacity", "", "the size to grow to: bytes, or with a unit (2GiB, 500MB)")
+	var capacity int64
+	check := func(pos []string) (err error) {
+		if len(pos) != 1 || *capText == "" {
+			return errors.New("usage: claimd volume expand [flags] VOLUME -capacity SIZE")
+		}
+		if capacity, err = parseSize(*capText); err != nil {
+			return fmt.Errorf("capacity: %v", err)
+		}
+		return nil
 	}
-	if len(pos) != 1 || *capText == "" {
-		return fail(stderr, "usage: claimd volume expand [flags] VOLUME -capacity SIZE")
-	}
-	capacity, err := parseSize(*capText)
-	if err != nil {
-		return fail(stderr, "capacity: %v", err)
-	}
-	c, ctx, done, err := cf.session()
-	if err != nil {
-		return fail(stderr, "%v", err)
-	}
-	defer done()
-	out, err := c.ExpandVolume(ctx, pos[0], capacity)
-	if err != nil {
-		return fail(stderr, "expand: %v", err)
-	}
-	return reportExpansions(stdout, stderr, &out.VolumeExpansion)
+	return x.run(args, check, func(ctx context.Context, c *api.Client, pos []string) int {
+		out, err := c.ExpandVolume(ctx, pos[0], capacity)
+		if err != nil {
+			return x.fail("expand: %v", err)
+		}
+		return reportExpansions(stdout, stderr, &out.VolumeExpansion)
+	})
 }
 
 // reportExpansions prints what growing volumes did (`volume expand`, or a
