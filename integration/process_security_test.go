@@ -17,8 +17,8 @@ import (
 )
 
 // userShell runs claimd the way a user's shell would: in a working
-// directory, with the CLAIMD_* variables the README's "Securing a cluster"
-// section exports (and no others from the test's environment).
+// directory, with the CLAIMD_* variables the "Securing a cluster" section
+// of docs/operations.md exports (and no others from the test's environment).
 type userShell struct {
 	t   *testing.T
 	dir string
@@ -113,10 +113,11 @@ func tokenFromOutput(t *testing.T, out string) (accessor, secret string) {
 	return a[1], s[1]
 }
 
-// TestProcesses_SecureClusterAsInREADME follows the README's "Securing a
-// cluster" section with real processes: certificates made with the CLI,
-// three TLS+ACL servers, a client agent authenticated by its certificate
-// and node secret, the CLI configured from the environment.
+// TestProcesses_SecureClusterAsInREADME follows the "Securing a cluster"
+// section of docs/operations.md (once in the README) with real processes:
+// certificates made with the CLI, three TLS+ACL servers, a client agent
+// authenticated by its certificate and node secret, the CLI configured from
+// the environment.
 func TestProcesses_SecureClusterAsInREADME(t *testing.T) {
 	dir := t.TempDir()
 	var cliOutputs []string
@@ -313,8 +314,8 @@ func TestProcesses_SecureClusterAsInREADME(t *testing.T) {
 		t.Fatalf("after a denied detach exp: web1 running got: %s", web1.ClientStatus)
 	}
 
-	// The README's operator policy, taken from the README itself, and a
-	// token with it as the README makes it.
+	// The documented operator policy, taken from docs/operations.md itself,
+	// and a token with it as the documentation makes it.
 	writeSpec(t, filepath.Join(pki, "operator.hcl"), readmeOperatorPolicy(t))
 	mgmt.must("acl", "policy", "apply", "-description", "day-to-day operations", "operator", "operator.hcl")
 	_, aliceSecret := tokenFromOutput(t, mgmt.must("acl", "token", "create", "-name", "alice", "-policy", "operator", "-ttl", "720h"))
@@ -399,26 +400,27 @@ func TestProcesses_SecureClusterAsInREADME(t *testing.T) {
 	}
 }
 
-// readmeOperatorPolicy returns the HCL policy of the README's "Securing a
-// cluster" section, so that the example the README gives is the one tested.
+// readmeOperatorPolicy returns the HCL policy of the "Securing a cluster"
+// section of docs/operations.md (moved there from the README), so that the
+// example the documentation gives is the one tested.
 func readmeOperatorPolicy(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	data, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, section, ok := strings.Cut(string(data), "\n## Securing a cluster\n")
 	if !ok {
-		t.Fatal("README.md exp: a section \"Securing a cluster\" got: none")
+		t.Fatal("docs/operations.md exp: a section \"Securing a cluster\" got: none")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	_, block, ok := strings.Cut(section, "```hcl\n")
 	if !ok {
-		t.Fatal("README.md \"Securing a cluster\" exp: an hcl block got: none")
+		t.Fatal("docs/operations.md \"Securing a cluster\" exp: an hcl block got: none")
 	}
 	block, _, ok = strings.Cut(block, "```")
 	if !ok || !strings.Contains(block, "volume {") {
-		t.Fatalf("README.md exp: an operator policy got: %q", block)
+		t.Fatalf("docs/operations.md exp: an operator policy got: %q", block)
 	}
 	return block
 }
