@@ -3,7 +3,8 @@
 // attachment only while a claim on it needs one, a node is node-detached
 // before its attachment is controller-detached (S3), an attachment one live
 // claim on the node still uses is never detached (S4), and a single-writer
-// volume's read-write attachment is one node's only (S1).
+// volume's read-write attachment is one node's only (S1). The invariants
+// S1-S8 are stated in docs/architecture.md.
 //
 // Both halves live here, so that one set of locks and one reading of the
 // claims decides both: the claim path calls Publish for a new claim that

@@ -5,10 +5,10 @@
 // CSI calls that servers send down its own session.
 //
 // Why the agent never unmounts on stop: a stopping allocation is reported
-// terminal and nothing more. The servers own the release (seed 2): their
-// watcher calls NodeDetachVolume on this agent, and only then the
-// controller. So a node plugin that is down when the allocation stops
-// delays the release instead of stranding the mount.
+// terminal and nothing more. The servers own the release (seed 2 in
+// docs/architecture.md): their watcher calls NodeDetachVolume on this agent,
+// and only then the controller. So a node plugin that is down when the
+// allocation stops delays the release instead of stranding the mount.
 //
 // The agent knows the servers only through RPC: it never imports fsm,
 // raftnode or endpoints.

@@ -12,9 +12,10 @@
 //
 //   - "Nothing left to detach" is decided in one place (alreadyDetached): a
 //     NodeUnpublishVolume or NodeUnstageVolume that fails with NotFound, "not
-//     mounted" or "no mount point" is a success (DESIGN.md seed 6). Without
-//     this, a volume whose mount vanished (node reboot, plugin restart) would
-//     block its own garbage collection forever.
+//     mounted" or "no mount point" is a success (seed 6 in
+//     docs/architecture.md). Without this, a volume whose mount vanished
+//     (node reboot, plugin restart) would block its own garbage collection
+//     forever.
 //
 //   - The mount manager records an allocation's use of a volume on disk before
 //     it stages the volume, and removes the record only once the allocation's
@@ -29,5 +30,5 @@
 //     changed, so the agent can forward it to the servers without diffing.
 //
 // This package never imports fsm, raftnode or endpoints: a client agent knows
-// the servers only through RPC (DESIGN.md section 2).
+// the servers only through RPC (the package map in docs/architecture.md).
 package csi

@@ -81,9 +81,10 @@ func wrapError(plugin, method string, err error) error {
 }
 
 // alreadyDetached is the one place that decides whether a failed detach call
-// means there was nothing left to detach, which counts as success (DESIGN.md
-// seed 6). For node calls (NodeUnpublishVolume, NodeUnstageVolume) that is
-// NotFound or a message saying the path is not mounted, as plugins pass
+// means there was nothing left to detach, which counts as success (seed 6
+// in docs/architecture.md). For node calls (NodeUnpublishVolume,
+// NodeUnstageVolume) that is NotFound or a message saying the path is not
+// mounted, as plugins pass
 // through umount(8)'s "not mounted" / "no mount point specified". For
 // ControllerUnpublishVolume only NotFound counts: a volume or node the
 // controller does not know is, by the CSI spec, already unpublished.

@@ -172,10 +172,10 @@ func (m *MountManager) MountVolume(ctx context.Context, vol *structs.Volume, all
 // UnmountVolume undoes MountVolume for one allocation: NodeUnpublishVolume,
 // then, when no other allocation on this node uses the same staging path,
 // NodeUnstageVolume. It is idempotent and needs no record of the mount: a
-// publish or stage that is already gone counts as done (DESIGN.md seed 6),
-// so the server-driven release may call it any number of times, also after
-// an agent restart. externalID is the plugin's volume ID; usage must match
-// what MountVolume was given, since it names the paths.
+// publish or stage that is already gone counts as done (seed 6 in
+// docs/architecture.md), so the server-driven release may call it any number
+// of times, also after an agent restart. externalID is the plugin's volume
+// ID; usage must match what MountVolume was given, since it names the paths.
 func (m *MountManager) UnmountVolume(ctx context.Context, volID, externalID, allocID string, usage UsageOptions) error {
 	if externalID == "" {
 		return structs.Invalid("external_id", "must not be empty")

@@ -35,7 +35,8 @@ func applyCheckpointBatch(tx *txn, req *structs.CheckpointBatchRequest) (any, er
 // applyClaimCheckpoint moves a claim along taken → unpublishing →
 // node-detached → controller-detached → freed. Each step is its own entry
 // so a new leader resumes a release exactly where the old one stopped
-// (DESIGN.md section 5); the rules below are what make that safe:
+// (docs/architecture.md, the release state machine); the rules below are
+// what make that safe:
 //
 //   - only forward (S7): an earlier state is refused, the same state is a
 //     no-op so a retried checkpoint is harmless;

@@ -41,7 +41,7 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 }
 
 // applyNodeUpdateStatus marks a node ready or down. Down loses every
-// allocation on it in the same entry (DESIGN.md section 5, node loss).
+// allocation on it in the same entry (docs/architecture.md, node loss).
 func applyNodeUpdateStatus(tx *txn, req *structs.NodeUpdateStatusRequest) (any, error) {
 	if err := structs.ValidateID("node_id", req.NodeID); err != nil {
 		return nil, err

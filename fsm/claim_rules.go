@@ -8,7 +8,8 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// The access-mode table of DESIGN.md section 4, as code:
+// The access-mode table of docs/architecture.md ("Access modes and
+// claims"), as code:
 //
 //	access mode                 read claims          write claims
 //	single-node-reader-only     1                    0

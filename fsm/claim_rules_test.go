@@ -31,8 +31,9 @@ const (
 	exSameAlloc existing = "same alloc already holds the claim"
 )
 
-// TestClaim_AccessModeTable checks DESIGN.md section 4's table for every
-// access mode × claim mode × existing-claims case. The expectations are
+// TestClaim_AccessModeTable checks the access-mode table of
+// docs/architecture.md for every access mode × claim mode ×
+// existing-claims case. The expectations are
 // written out by hand, not computed, so the test does not share the
 // implementation's mistakes.
 func TestClaim_AccessModeTable(t *testing.T) {

@@ -8,13 +8,13 @@
 //
 // FSM.Apply only unwraps the raft.Log and calls apply(index, data); every
 // rule lives in a handler of the form func(tx *txn, req *Request) (any,
-// error). Tests, the rapid property test, the fuzz target and the
-// benchmarks drive those functions with a Raft index they choose, with no
-// Raft, no disk and no goroutines. The package does no I/O, reads no clock
-// and starts nothing: the same log must give the same state on every
-// server (S2), and a wall clock or a random number is the easiest way to
-// break that. Where the state machine must invent something, such as the ID
-// of a volume-claim-gc eval, it derives it from the Raft index
+// error). Tests, the rapid property test, the fuzz target and the benchmarks
+// drive those functions with a Raft index they choose, with no Raft, no disk
+// and no goroutines. The package does no I/O, reads no clock and starts
+// nothing: the same log must give the same state on every server (S2 in
+// docs/architecture.md), and a wall clock or a random number is the easiest
+// way to break that. Where the state machine must invent something, such as
+// the ID of a volume-claim-gc eval, it derives it from the Raft index
 // (structs.DeriveEvalID). Where it iterates a map and the order could reach
 // the state or a result (plugins of a node, volumes of an alloc, holders
 // named in an error), it sorts first.

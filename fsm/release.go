@@ -69,7 +69,8 @@ func tidyClaims(v *structs.Volume) {
 
 // releaseAllocClaims turns every live claim of a terminal alloc into a past
 // claim and queues one pending eval per volume it claimed, live or past
-// (DESIGN.md section 4: in the same Apply as the terminal status).
+// (docs/architecture.md, the release state machine: in the same Apply as
+// the terminal status).
 func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
 	ids := make([]string, 0, len(a.Volumes))
 	for _, r := range a.Volumes {

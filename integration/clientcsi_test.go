@@ -737,7 +737,7 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 // A controller publish that fails turns the new claim into a past claim, so
 // the server-driven detach cleans up whatever the plugin half did; the
 // agent retries the claim, which is new again and published again, and
-// the allocation runs (DESIGN.md §5, Claim).
+// the allocation runs (docs/architecture.md, claim path).
 func TestClientCSI_FailedControllerPublish_ReleasesClaimThenAllocRuns(t *testing.T) {
 	e, cl := newWorkerAndController(t)
 	e.register(t, cl, "v1", structs.AccessModeSingleNodeWriter)

@@ -184,10 +184,10 @@ func countCalls(entries []hostdir.AuditEntry, method, vol, result string) int {
 	return n
 }
 
-// The seed scenario (DESIGN seed 2): allocations stop while their node
-// plugin is missing; the release waits and retries without blocking the
-// system GC, and finishes by itself once the plugin is back — node detach
-// strictly before controller detach.
+// The seed scenario (seed 2 in docs/architecture.md): allocations stop while
+// their node plugin is missing; the release waits and retries without
+// blocking the system GC, and finishes by itself once the plugin is back —
+// node detach strictly before controller detach.
 func TestRelease_SeedScenario_PluginMissingThenBack(t *testing.T) {
 	e := newReleaseEnv(t, "w1", "w2")
 	e.register(t, "v1", structs.AccessModeSingleNodeWriter)

@@ -24,7 +24,7 @@ func TestWriteThroughFollower_RidesThroughLeaderElection(t *testing.T) {
 	}
 	old.Stop()
 	// Sent while there is no leader: the follower holds it and forwards
-	// once a new leader is elected (DESIGN L3).
+	// once a new leader is elected (L3 in docs/architecture.md).
 	if _, err := cl.RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume("during-election")); err != nil {
 		t.Fatalf("write during election exp: held then committed got: %v", err)
 	}

@@ -3,7 +3,8 @@
 // forwarding, bootstrap-expect, and the leader-only duties switched on and
 // off with leadership.
 //
-// DESIGN.md has no box for this assembly; it lives here so that endpoints,
-// forward and raftnode stay small packages with one job each (see
-// docs/decisions.md).
+// The original design brief had no box for this assembly; it lives here so
+// that endpoints, forward and raftnode stay small packages with one job
+// each (docs/decisions.md, decision 1; the package map is in
+// docs/architecture.md).
 package server

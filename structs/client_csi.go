@@ -1,8 +1,9 @@
 package structs
 
 // CSIControllerQuery is embedded in every controller call the servers make
-// (seed 5). When ControllerNodeID is empty the server picks a node that runs
-// a healthy controller of PluginID; when it is set the server checks that
+// (seed 5; the seed rules are listed in docs/architecture.md). When
+// ControllerNodeID is empty the server picks a node that runs a healthy
+// controller of PluginID; when it is set the server checks that
 // the node does (seed 1). Callers never need to know how targets are chosen.
 type CSIControllerQuery struct {
 	ControllerNodeID string

@@ -103,7 +103,7 @@ type Volume struct {
 	// The claims, keyed by alloc ID. Only the state machine writes them: a
 	// register request's claim fields are ignored. Live claims are taken;
 	// past claims are being released and still count against exclusivity
-	// until freed (DESIGN.md section 4).
+	// until freed (docs/architecture.md, access modes and claims).
 	ReadClaims  map[string]*Claim `json:"read_claims,omitempty"`
 	WriteClaims map[string]*Claim `json:"write_claims,omitempty"`
 	PastClaims  map[string]*Claim `json:"past_claims,omitempty"`

@@ -184,8 +184,9 @@ func singleNode(m structs.AccessMode) bool {
 // checkAudit replays every plugin's audit log in time order (entries carry
 // the time each call finished; all plugins share one clock) and checks:
 //
-//   - S1 at the plugin: a single-node volume is controller-published to at
-//     most one node at a time, and the controller is never asked to attach
+//   - S1 at the plugin (the invariants are in docs/architecture.md): a
+//     single-node volume is controller-published to at most one node at a
+//     time, and the controller is never asked to attach
 //     a single-writer volume to a second node (hostdir refuses it and says
 //     so: "cannot also attach", "already has a writer");
 //   - S3/S4: ControllerUnpublish of a volume from a node only when that

@@ -1,9 +1,10 @@
 // Package chaos runs claimd under faults and checks that it keeps its
-// promises (DESIGN.md section 6): linearizable claim/release/read histories
-// per volume, never two nodes with one single-writer volume attached,
-// ControllerUnpublish only after the node detach, ControllerPublish only
-// for new claims, every past claim freed once the faults heal, identical
-// state on every server, no acknowledged write lost, no panics.
+// promises (S1-S8 and L1 in docs/architecture.md): linearizable
+// claim/release/read histories per volume, never two nodes with one
+// single-writer volume attached, ControllerUnpublish only after the node
+// detach, ControllerPublish only for new claims, every past claim freed once
+// the faults heal, identical state on every server, no acknowledged write
+// lost, no panics.
 //
 // The workload, nemesis schedule and checkers are written against the
 // Cluster interface, which two backends implement: an in-process one on

@@ -11,7 +11,7 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// The model is the access-mode table of DESIGN.md section 4 as a
+// The model is the access-mode table of docs/architecture.md as a
 // sequential specification of one volume (porcupine partitions the history
 // by volume). Its state is the set of live claims, alloc → mode, encoded as
 // a canonical string ("a1:r,a2:w") so states compare with == and hash

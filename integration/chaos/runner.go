@@ -115,10 +115,10 @@ type Result struct {
 }
 
 // Run drives c through the fault schedule under the workload and checks
-// everything DESIGN.md section 6 promises. Every failed check is reported
-// with t.Errorf; a failing run saves the history, the porcupine
-// visualisation and every log to one folder and prints its path. It must
-// be called from the test goroutine.
+// everything docs/architecture.md promises (S1-S8, L1, linearizability).
+// Every failed check is reported with t.Errorf; a failing run saves the
+// history, the porcupine visualisation and every log to one folder and
+// prints its path. It must be called from the test goroutine.
 func Run(t *testing.T, c Cluster, opts Options) *Result {
 	t.Helper()
 	opts.defaults()
