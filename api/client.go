@@ -1,7 +1,14 @@
 // Package api is the Go client for claimd servers, used by the CLI, the
-// tests and the benchmarks. It speaks msgpack RPC over one yamux session
-// (protocol byte 0x03) to one server at a time, moving to the next address
-// when that server cannot be reached.
+// HTTP API, third-party schedulers, the tests and the benchmarks. It
+// speaks msgpack RPC over one yamux session (protocol byte 0x03) to one
+// server at a time, moving to the next address when that server cannot be
+// reached.
+//
+// One file per resource (volumes.go, volume_snapshots.go, allocs.go,
+// nodes.go, plugins.go, evals.go, acl.go, system.go, operator.go,
+// operator_snapshot.go, status.go), one method per call. The package
+// links neither the state machine (go-memdb) nor Raft: deps_test.go
+// checks it.
 package api
 
 import (
@@ -15,6 +22,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 )
@@ -23,17 +31,27 @@ import (
 // CLAIMD_ADDR.
 const DefaultAddress = "127.0.0.1:4647"
 
+// Defaults of Config.
+const (
+	// DefaultTimeout bounds a call that is not a blocking query: writes
+	// may be held for a leader for several seconds.
+	DefaultTimeout = 60 * time.Second
+	// DefaultRetryNoLeaderFor bounds how long a call answered no_leader
+	// is retried.
+	DefaultRetryNoLeaderFor = 10 * time.Second
+)
+
 // Config configures a Client.
 type Config struct {
 	// Addresses of servers, tried in order.
 	Addresses []string
-	// Timeout bounds each call that is not a blocking query (default 60s:
-	// writes may be held for a leader for several seconds).
+	// Timeout bounds each call that is not a blocking query (0 =
+	// DefaultTimeout).
 	Timeout time.Duration
 	Dialer  rpc.Dialer
 	Logger  hclog.Logger
 	// RetryNoLeaderFor bounds how long a call answered no_leader is
-	// retried (0 = 10 s, negative = never).
+	// retried (0 = DefaultRetryNoLeaderFor, negative = never).
 	RetryNoLeaderFor time.Duration
 	// Token is the ACL token's secret sent with every call that does not
 	// carry one of its own.
@@ -88,13 +106,13 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, errors.New("api: at least one server address is required")
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 60 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	if cfg.RetryNoLeaderFor == 0 {
-		cfg.RetryNoLeaderFor = 10 * time.Second
+		cfg.RetryNoLeaderFor = DefaultRetryNoLeaderFor
 	}
 	if cfg.TLS != nil {
 		tlsCfg := cfg.TLS
@@ -173,22 +191,42 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 	// connection broke after it was sent) is retried the same way when
 	// sending it twice is the same as once (structs.ResendSafe, decision
 	// 35); any other returns its error.
-	wait := 50 * time.Millisecond
+	return c.retry(ctx, func() error {
+		return c.callOnce(ctx, method, args, reply)
+	}, func(err error) bool {
+		return retryCall(method, args, err)
+	})
+}
+
+// retry runs try until it succeeds or again says its error is final,
+// pacing the tries 50 ms apart doubling to 1 s, for at most
+// RetryNoLeaderFor. The context's end stops it; the error is try's last.
+func (c *Client) retry(ctx context.Context, try func() error, again func(error) bool) error {
+	pace := backoff.New(50*time.Millisecond, time.Second)
 	giveUp := time.Now().Add(c.cfg.RetryNoLeaderFor)
 	for {
-		err := c.callOnce(ctx, method, args, reply)
-		if !retryCall(method, args, err) || time.Now().Add(wait).After(giveUp) {
+		err := try()
+		if !again(err) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		wait := pace.Next()
+		if time.Now().Add(wait).After(giveUp) || backoff.Sleep(ctx, wait) != nil {
 			return err
-		case <-t.C:
 		}
-		wait = min(2*wait, time.Second)
 	}
+}
+
+// call makes one call whose whole answer is the result.
+func call[R any](ctx context.Context, c *Client, method string, args any) (*R, error) {
+	var out R
+	err := c.Call(ctx, method, args, &out)
+	return &out, err
+}
+
+// write makes a call that answers only with the Raft index of its write.
+func (c *Client) write(ctx context.Context, method string, args any) (uint64, error) {
+	out, err := call[structs.GenericResponse](ctx, c, method, args)
+	return out.Index, err
 }
 
 // retryCall: err says the call was not applied (no_leader), or it may have

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -83,7 +84,7 @@ func (c *cluster) pidOf(ctx context.Context, addr string) (int, error) {
 		if !errors.Is(err, structs.ErrPermissionDenied) || time.Now().After(deadline) {
 			return 0, err
 		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := backoff.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -172,7 +173,7 @@ func runScale(ctx context.Context, c *cluster, cfg *Config, emit func(*Result)) 
 		// What the script did (a snapshot restore installs the whole state
 		// on every server) must not weigh on the takeover.
 		fmt.Fprintf(cfg.Progress, "settling for %s\n", cfg.Settle)
-		if err := sleepCtx(ctx, cfg.Settle); err != nil {
+		if err := backoff.Sleep(ctx, cfg.Settle); err != nil {
 			return err
 		}
 	}
@@ -334,7 +335,7 @@ func (s *scaleRun) claimAll(ctx context.Context) error {
 			if refused(err) {
 				break
 			}
-			if serr := sleepCtx(ctx, 200*time.Millisecond); serr != nil {
+			if serr := backoff.Sleep(ctx, 200*time.Millisecond); serr != nil {
 				return serr
 			}
 		}
@@ -361,7 +362,7 @@ func (s *scaleRun) idle(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(cfg.Progress, "settling for %s\n", cfg.Settle)
-	if err := sleepCtx(ctx, cfg.Settle); err != nil {
+	if err := backoff.Sleep(ctx, cfg.Settle); err != nil {
 		return err
 	}
 	leader, err := s.c.leader(ctx)
@@ -376,7 +377,7 @@ func (s *scaleRun) idle(ctx context.Context) error {
 	}
 	b0 := s.beatsOK.Load()
 	t0 := time.Now()
-	if err := sleepCtx(ctx, cfg.Idle); err != nil {
+	if err := backoff.Sleep(ctx, cfg.Idle); err != nil {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
@@ -424,17 +425,6 @@ func (s *scaleRun) pause(ctx context.Context) error {
 
 // maxPause bounds the pause.
 const maxPause = 10 * time.Minute
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // takeover kills the leader and times the new one's takeover (see
 // Takeover). It needs the leader's PID: only servers on this machine.
@@ -624,7 +614,7 @@ func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 					}
 				}
 			}
-			_ = sleepCtx(ctx, time.Second)
+			_ = backoff.Sleep(ctx, time.Second)
 		}
 	}()
 	wg.Wait()
@@ -677,7 +667,7 @@ func pollUntil(ctx context.Context, interval time.Duration, ok func() bool) erro
 		if ok() {
 			return nil
 		}
-		if err := sleepCtx(ctx, interval); err != nil {
+		if err := backoff.Sleep(ctx, interval); err != nil {
 			return err
 		}
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -44,7 +44,7 @@ func (r *allocRunner) run() {
 		return
 	}
 	var index uint64
-	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
+	pace := backoff.WithJitter(200*time.Millisecond, 5*time.Second)
 	for {
 		args := &structs.AllocListRequest{NodeID: r.a.ident.ID, QueryOptions: structs.QueryOptions{
 			AllowStale: true, MinQueryIndex: index, MaxQueryTime: 5 * time.Minute}}
@@ -57,12 +57,12 @@ func (r *allocRunner) run() {
 		}
 		if err != nil {
 			r.a.logger.Warn("watching allocations failed; retrying", "error", err)
-			if !sleepCtx(r.a.ctx, backoff.next()) {
+			if backoff.Sleep(r.a.ctx, pace.Next()) != nil {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		pace.Reset()
 		if resp.Index < index {
 			// A stale server behind the one we watched before: start over.
 			index = 0
@@ -159,7 +159,7 @@ func (r *allocRunner) runAlloc(ctx context.Context, alloc *structs.Alloc) bool {
 // A read that fails is tried again a few times: the servers may be
 // electing a leader just then.
 func (r *allocRunner) stopRequested(ctx context.Context, allocID string) bool {
-	backoff := newBackoff(200*time.Millisecond, 2*time.Second)
+	pace := backoff.WithJitter(200*time.Millisecond, 2*time.Second)
 	for attempt := 0; attempt < 5; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var resp structs.AllocResponse
@@ -168,7 +168,7 @@ func (r *allocRunner) stopRequested(ctx context.Context, allocID string) bool {
 		if err == nil {
 			return resp.Alloc != nil && resp.Alloc.DesiredStatus == structs.AllocDesiredStop
 		}
-		if !sleepCtx(ctx, backoff.next()) {
+		if backoff.Sleep(ctx, pace.Next()) != nil {
 			return false
 		}
 	}
@@ -181,8 +181,8 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 		mode = structs.ClaimModeRead
 	}
 	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
-	claimBackoff := newBackoff(250*time.Millisecond, 10*time.Second)
-	mountBackoff := newBackoff(250*time.Millisecond, 10*time.Second)
+	claimBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
+	mountBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	for {
 		// Every mount attempt follows a claim that is live now (a re-claim
 		// of a live claim answers the same claim): a retry after a failed
@@ -196,12 +196,12 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 				return structs.Wrap(err, fmt.Sprintf("claim volume %q", req.VolumeID))
 			}
 			r.a.logger.Debug("claim not granted yet; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
-			if !sleepCtx(ctx, claimBackoff.next()) {
+			if backoff.Sleep(ctx, claimBackoff.Next()) != nil {
 				return ctx.Err()
 			}
 			continue
 		}
-		claimBackoff.reset()
+		claimBackoff.Reset()
 		// The claim answer carries the volume with its secrets (NodeStage
 		// may need them); read endpoints never return secrets.
 		vol := claim.Volume
@@ -224,7 +224,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 			return structs.Wrap(err, fmt.Sprintf("mount volume %q", req.VolumeID))
 		}
 		r.a.logger.Warn("mount failed; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
-		if !sleepCtx(ctx, mountBackoff.next()) {
+		if backoff.Sleep(ctx, mountBackoff.Next()) != nil {
 			return ctx.Err()
 		}
 	}
@@ -253,43 +253,15 @@ func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
 // report sends a client status, retrying until it lands or the agent stops.
 func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
 	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc}
-	backoff := newBackoff(200*time.Millisecond, 5*time.Second)
+	pace := backoff.WithJitter(200*time.Millisecond, 5*time.Second)
 	for {
 		err := r.a.statuses.send(ctx, update)
 		if err == nil {
 			return true
 		}
 		r.a.logger.Warn("reporting allocation status failed; retrying", "alloc", allocID, "status", status, "error", err)
-		if !sleepCtx(ctx, backoff.next()) {
+		if backoff.Sleep(ctx, pace.Next()) != nil {
 			return false
 		}
-	}
-}
-
-// backoff is capped exponential backoff with full jitter.
-type backoff struct {
-	base, limit, cur time.Duration
-}
-
-func newBackoff(base, limit time.Duration) *backoff {
-	return &backoff{base: base, limit: limit, cur: base}
-}
-
-func (b *backoff) next() time.Duration {
-	d := b.cur/2 + time.Duration(rand.Int64N(int64(b.cur/2)+1))
-	b.cur = min(b.cur*2, b.limit)
-	return d
-}
-
-func (b *backoff) reset() { b.cur = b.base }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

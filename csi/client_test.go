@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/csi/hostdir"
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

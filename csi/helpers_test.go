@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/csi/hostdir"
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 	"github.com/hashicorp/go-hclog"
 )

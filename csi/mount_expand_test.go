@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 

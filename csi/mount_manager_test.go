@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/csi/hostdir"
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/csi/hostdir"
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 )
 
 // changes collects what OnChange reports.

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/claimd/claimd/api"
-	"github.com/claimd/claimd/snapshot"
+	"github.com/claimd/claimd/snapshot/inspect"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -32,7 +32,7 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
 	_, stale := r.URL.Query()["stale"]
-	meta, err := s.api.SnapshotSaveWith(r.Context(), tmp, api.SnapshotOptions{
+	meta, err := s.api.SnapshotSave(r.Context(), tmp, api.SnapshotOptions{
 		AllowStale: stale, Token: r.Header.Get(TokenHeader)})
 	if err != nil {
 		s.writeError(w, r, err)
@@ -57,7 +57,7 @@ func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.api.SnapshotRestoreWith(r.Context(), r.Body, api.SnapshotOptions{Token: r.Header.Get(TokenHeader)}); err != nil {
+	if err := s.api.SnapshotRestore(r.Context(), r.Body, api.SnapshotOptions{Token: r.Header.Get(TokenHeader)}); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -72,7 +72,7 @@ func (s *Server) snapshotInspect(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ins, err := snapshot.Inspect(http.MaxBytesReader(w, r.Body, maxInspectBytes))
+	ins, err := inspect.Archive(http.MaxBytesReader(w, r.Body, maxInspectBytes))
 	if err != nil {
 		s.writeError(w, r, structs.Invalid("archive", err.Error()))
 		return

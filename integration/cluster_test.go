@@ -30,11 +30,11 @@ func testVolume(id string) *structs.Volume {
 // mustRegister writes a volume through srv and returns the commit index.
 func mustRegister(t *testing.T, s *harness.TestServer, id string) uint64 {
 	t.Helper()
-	idx, err := s.Client().RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume(id))
+	reg, err := s.Client().RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume(id))
 	if err != nil {
 		t.Fatalf("register %s via %s: exp: no error got: %v", id, s.Name, err)
 	}
-	return idx
+	return reg.Index
 }
 
 // localVolumeIDs reads a server's own state (no forwarding).

@@ -541,11 +541,11 @@ func checkThroughFollower(t *testing.T, all []rpcMethod) {
 
 	// A real write through the follower with the one capability it needs.
 	reg := follower.ClientWithToken(tokens[grant{acl.Volume, acl.Register}].token)
-	idx, err := reg.RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume("through-follower"))
+	out, err := reg.RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume("through-follower"))
 	if err != nil {
 		t.Fatalf("register through a follower with volume:register exp: ok got: %v", err)
 	}
-	c.WaitForApplied(idx, applyWait)
+	c.WaitForApplied(out.Index, applyWait)
 	if v, err := leader.Server().State().VolumeByID(nil, "through-follower"); err != nil || v == nil {
 		t.Errorf("volume registered through a follower exp: on the leader got: %v %v", v, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/snapshot"
+	"github.com/claimd/claimd/snapshot/inspect"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
 )
@@ -198,7 +199,7 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	})
 	follower := a.Followers()[0]
 	var archive bytes.Buffer
-	meta, err := follower.Client().SnapshotSave(ctx, &archive)
+	meta, err := follower.Client().SnapshotSave(ctx, &archive, api.SnapshotOptions{})
 	if err != nil {
 		t.Fatalf("save through follower %s exp: no error got: %v", follower.Name, err)
 	}
@@ -220,12 +221,12 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	w2.Stop() // never comes back
 
 	// A stale save is the contacted server's own state.
-	stale, err := follower.Client().SnapshotSaveWith(ctx, io.Discard, api.SnapshotOptions{AllowStale: true})
+	stale, err := follower.Client().SnapshotSave(ctx, io.Discard, api.SnapshotOptions{AllowStale: true})
 	if err != nil || stale.Server != follower.Name || stale.Index < meta.Index {
 		t.Fatalf("stale save through %s exp: its own state, index >= %d got: %+v %v", follower.Name, meta.Index, stale, err)
 	}
 
-	insp, err := snapshot.Inspect(bytes.NewReader(archive.Bytes()))
+	insp, err := inspect.Archive(bytes.NewReader(archive.Bytes()))
 	if err != nil {
 		t.Fatalf("inspect of the saved archive exp: no error got: %v", err)
 	}
@@ -243,7 +244,7 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	// archive holds every secret.
 	reader := operatorReadToken(t, aAPI)
 	deniedBefore := aclDenied(a)
-	if _, err := follower.ClientWithToken(reader).SnapshotSave(ctx, &bytes.Buffer{}); !errors.Is(err, structs.ErrPermissionDenied) {
+	if _, err := follower.ClientWithToken(reader).SnapshotSave(ctx, &bytes.Buffer{}, api.SnapshotOptions{}); !errors.Is(err, structs.ErrPermissionDenied) {
 		t.Fatalf("save with an operator:read token exp: permission_denied got: %v", err)
 	}
 	if got := aclDenied(a); got != deniedBefore+1 {
@@ -262,11 +263,11 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	bReader := operatorReadToken(t, bAPI)
-	idx, err := bAPI.RegisterVolumes(ctx, testVolume("b-last"))
+	reg, err := bAPI.RegisterVolumes(ctx, testVolume("b-last"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.WaitForApplied(idx, applyWait)
+	b.WaitForApplied(reg.Index, applyWait)
 	bBefore, err := digests(t, b, bToken)
 	if err != nil {
 		t.Fatal(err)
@@ -277,12 +278,12 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	// format, a limited token.
 	corrupted := bytes.Clone(archive.Bytes())
 	corrupted[len(corrupted)/2] ^= 0x01
-	err = bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(corrupted))
+	err = bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(corrupted), api.SnapshotOptions{})
 	if !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "nothing was changed") ||
 		!strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("restore of an archive with a flipped bit exp: invalid, corrupt, nothing changed got: %v", err)
 	}
-	err = bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()[:archive.Len()*3/4]))
+	err = bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()[:archive.Len()*3/4]), api.SnapshotOptions{})
 	if !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("restore of a truncated archive exp: invalid, truncated got: %v", err)
 	}
@@ -296,12 +297,12 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	if _, err := snapshot.Write(&futureArchive, future, bytes.NewReader(stateBytes.Bytes()), int64(stateBytes.Len())); err != nil {
 		t.Fatal(err)
 	}
-	err = bFollower.Client().SnapshotRestore(ctx, &futureArchive)
+	err = bFollower.Client().SnapshotRestore(ctx, &futureArchive, api.SnapshotOptions{})
 	if !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "format 2") {
 		t.Fatalf("restore of a format 2 archive exp: invalid, naming the format got: %v", err)
 	}
 	deniedBefore = aclDenied(b)
-	err = bFollower.ClientWithToken(bReader).SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()))
+	err = bFollower.ClientWithToken(bReader).SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()), api.SnapshotOptions{})
 	if !errors.Is(err, structs.ErrPermissionDenied) {
 		t.Fatalf("restore with an operator:read token exp: permission_denied got: %v", err)
 	}
@@ -320,7 +321,7 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 
 	// The restore, through a follower of B.
 	lastBefore := b.Leader().Server().Raft().LastIndex()
-	if err := bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(archive.Bytes())); err != nil {
+	if err := bFollower.Client().SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()), api.SnapshotOptions{}); err != nil {
 		t.Fatalf("restore through follower %s exp: no error got: %v", bFollower.Name, err)
 	}
 	// The state is the archive's on every server, ACL tokens included: A's
@@ -483,7 +484,7 @@ func TestSnapshot_CLIRestoresAnEarlierStateOfTheSameCluster(t *testing.T) {
 
 	// inspect works offline, on the file alone.
 	r = harness.RunCLI(t, "operator", "snapshot", "inspect", "-json", file)
-	var insp snapshot.Inspection
+	var insp inspect.Report
 	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &insp) != nil {
 		t.Fatalf("inspect -json exp: an inspection got: %+v", r)
 	}
@@ -573,12 +574,13 @@ func TestSnapshot_PlaintextWithoutACLs(t *testing.T) {
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	cl := c.Servers[0].Client()
-	idx, err := cl.RegisterVolumes(ctx, testVolume("v1"))
+	reg, err := cl.RegisterVolumes(ctx, testVolume("v1"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	idx := reg.Index
 	var archive bytes.Buffer
-	meta, err := cl.SnapshotSave(ctx, &archive)
+	meta, err := cl.SnapshotSave(ctx, &archive, api.SnapshotOptions{})
 	if err != nil || meta.Index < idx {
 		t.Fatalf("save exp: state at index >= %d got: %+v %v", idx, meta, err)
 	}
@@ -586,7 +588,7 @@ func TestSnapshot_PlaintextWithoutACLs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.SnapshotRestore(ctx, bytes.NewReader(archive.Bytes())); err != nil {
+	if err := cl.SnapshotRestore(ctx, bytes.NewReader(archive.Bytes()), api.SnapshotOptions{}); err != nil {
 		t.Fatalf("restore exp: no error got: %v", err)
 	}
 	after, err := digests(t, c, "")

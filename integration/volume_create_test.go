@@ -39,17 +39,17 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 	// A bad spec is refused, naming the field, with nothing changed.
 	bad := createSpec("vbad")
 	bad.Capabilities[1].AccessMode = "sometimes"
-	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "capabilities[1].access_mode") {
+	if _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "capabilities[1].access_mode") {
 		t.Fatalf("bad capability exp: invalid naming capabilities[1].access_mode got: %v", err)
 	}
 	bad = createSpec("vbad")
 	bad.CapacityMin, bad.CapacityMax = 10, 5
-	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "capacity_max") {
+	if _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "capacity_max") {
 		t.Fatalf("bad capacity exp: invalid naming capacity_max got: %v", err)
 	}
 	bad = createSpec("vbad")
 	bad.PluginID = "nosuch"
-	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrNotFound) {
+	if _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrNotFound) {
 		t.Fatalf("unknown plugin exp: not_found got: %v", err)
 	}
 	if n := countMethod(e.controller.Audit(), "CreateVolume"); n != 0 {
@@ -64,7 +64,8 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 
 	// Create through a follower: forwarded to the leader, which calls the
 	// controller agent and registers the answer in one entry.
-	vol, idx, err := e.c.Servers[1].Client().CreateVolume(ctx(), createSpec("vc1"))
+	res, err := e.c.Servers[1].Client().CreateVolume(ctx(), createSpec("vc1"))
+	vol, idx := res.Volume, res.Index
 	if err != nil {
 		t.Fatalf("create exp: no error got: %v", err)
 	}
@@ -85,7 +86,8 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 
 	// Same ID again (a retry after a lost answer): the same plugin volume,
 	// no new registration.
-	again, _, err := e.api.CreateVolume(ctx(), createSpec("vc1"))
+	res, err = e.api.CreateVolume(ctx(), createSpec("vc1"))
+	again := res.Volume
 	if err != nil {
 		t.Fatalf("repeated create exp: no error got: %v", err)
 	}
@@ -100,13 +102,13 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 	// volume: TestVolumeLifecycle_RegisterAndCreateGrow).
 	other := createSpec("vc1")
 	other.Capabilities[0].AccessMode = structs.AccessModeMultiNodeReader
-	if _, _, err := e.api.CreateVolume(ctx(), other); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capabilities[0]") {
+	if _, err := e.api.CreateVolume(ctx(), other); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capabilities[0]") {
 		t.Fatalf("repeat with another access mode exp: conflict naming capabilities[0] got: %v", err)
 	}
 	// A volume registered by hand under the same ID: refused, no plugin
 	// volume made for it.
 	e.register(t, "vreg", structs.AccessModeSingleNodeWriter)
-	if _, _, err := e.api.CreateVolume(ctx(), createSpec("vreg")); !errors.Is(err, structs.ErrConflict) {
+	if _, err := e.api.CreateVolume(ctx(), createSpec("vreg")); !errors.Is(err, structs.ErrConflict) {
 		t.Fatalf("create over a registered volume exp: conflict got: %v", err)
 	}
 	if n := countMethod(e.controller.Audit(), "CreateVolume"); n != 1 {

@@ -68,7 +68,7 @@ func TestVolumeLifecycle_CreateSnapshotRestoreExpandDelete(t *testing.T) {
 	w1 := e.clients["w1"].NodeID()
 
 	// Create and use: a file written through the allocation's mount.
-	if _, _, err := e.api.CreateVolume(ctx(), createSpec("src")); err != nil {
+	if _, err := e.api.CreateVolume(ctx(), createSpec("src")); err != nil {
 		t.Fatalf("create exp: no error got: %v", err)
 	}
 	e.run(t, "a1", "w1", "src")
@@ -120,7 +120,7 @@ func TestVolumeLifecycle_CreateSnapshotRestoreExpandDelete(t *testing.T) {
 	idx, before := volumeTableIndex(t, e), pluginVolumes(t, e)
 	bad := createSpec("fromnothing")
 	bad.SnapshotID = "no-such-snapshot"
-	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrNotFound) {
+	if _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrNotFound) {
 		t.Fatalf("create from an unknown snapshot exp: not_found got: %v", err)
 	}
 	if got := volumeTableIndex(t, e); got != idx {
@@ -133,7 +133,8 @@ func TestVolumeLifecycle_CreateSnapshotRestoreExpandDelete(t *testing.T) {
 	// Create from the snapshot: the new volume holds the file.
 	restore := createSpec("restored")
 	restore.SnapshotID = snap.ID
-	restored, _, err := e.api.CreateVolume(ctx(), restore)
+	res, err := e.api.CreateVolume(ctx(), restore)
+	restored := res.Volume
 	if err != nil {
 		t.Fatalf("create from snapshot exp: no error got: %v", err)
 	}
@@ -269,12 +270,12 @@ func TestVolumeLifecycle_TopologyEndToEnd(t *testing.T) {
 	idx, before := volumeTableIndex(t, e), pluginVolumes(t, e)
 	bad := createSpec("zbad")
 	bad.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{}}}
-	if _, _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "topology_request.required[0]") {
+	if _, err := e.api.CreateVolume(ctx(), bad); !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "topology_request.required[0]") {
 		t.Fatalf("empty required topology exp: invalid naming topology_request.required[0] got: %v", err)
 	}
 	elsewhere := createSpec("zc")
 	elsewhere.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{"zone": "c"}}}
-	if _, _, err := e.api.CreateVolume(ctx(), elsewhere); err == nil || !strings.Contains(err.Error(), "requisite") {
+	if _, err := e.api.CreateVolume(ctx(), elsewhere); err == nil || !strings.Contains(err.Error(), "requisite") {
 		t.Fatalf("volume required in zone c exp: the plugin's refusal got: %v", err)
 	}
 	if got := volumeTableIndex(t, e); got != idx {
@@ -286,7 +287,8 @@ func TestVolumeLifecycle_TopologyEndToEnd(t *testing.T) {
 
 	spec := createSpec("zoned")
 	spec.Topology = &structs.VolumeTopologyRequest{Required: []map[string]string{{"zone": "a"}}}
-	vol, _, err := e.api.CreateVolume(ctx(), spec)
+	res, err := e.api.CreateVolume(ctx(), spec)
+	vol := res.Volume
 	if err != nil {
 		t.Fatalf("create in zone a exp: no error got: %v", err)
 	}
@@ -322,7 +324,7 @@ func TestVolumeCreate_LeaderKilledBetweenCreateAndRegister(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() {
-		_, _, err := leader.Client().CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
+		_, err := leader.Client().CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
 		errc <- err
 	}()
 	harness.WaitFor(t, 30*time.Second, func() error {
@@ -345,7 +347,8 @@ func TestVolumeCreate_LeaderKilledBetweenCreateAndRegister(t *testing.T) {
 	}
 
 	e.controller.SetControl(hostdir.Control{})
-	vol, _, err := api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
+	res, err := api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("vcrash"))
+	vol := res.Volume
 	if err != nil {
 		t.Fatalf("retry at the new leader exp: no error got: %v", err)
 	}
@@ -376,7 +379,7 @@ func TestVolumeLifecycle_CLI(t *testing.T) {
 	cli := func(verb []string, args ...string) harness.CLIResult {
 		return harness.RunCLI(t, append(append(verb, flags...), args...)...)
 	}
-	if _, _, err := e.api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("data")); err != nil {
+	if _, err := e.api.CreateVolume(harness.Ctx(t, 60*time.Second), createSpec("data")); err != nil {
 		t.Fatal(err)
 	}
 	r := cli([]string{"volume", "snapshot", "create"}, "data", "data-1")
@@ -494,7 +497,8 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	e := newCreateEnv(t)
 	ctx := func() context.Context { return harness.Ctx(t, 60*time.Second) }
 	w1 := e.clients["w1"].NodeID()
-	created, _, err := e.api.CreateVolume(ctx(), createSpec("grow"))
+	cr, err := e.api.CreateVolume(ctx(), createSpec("grow"))
+	created := cr.Volume
 	if err != nil {
 		t.Fatalf("create exp: no error got: %v", err)
 	}
@@ -525,11 +529,11 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	// or with the recorded one: changes of record, no plugin call.
 	byHand := testVolume("byhand")
 	byHand.Capacity = 2 << 20
-	if out, err := e.api.Register(ctx(), byHand); err != nil || len(out.Expanded) != 0 {
+	if out, err := e.api.RegisterVolumes(ctx(), byHand); err != nil || len(out.Expanded) != 0 {
 		t.Fatalf("first registration exp: nothing grown got: %+v (%v)", out, err)
 	}
 	for _, c := range []int64{0, 1 << 20} {
-		if out, err := e.api.Register(ctx(), spec(c, "fast")); err != nil || len(out.Expanded) != 0 {
+		if out, err := e.api.RegisterVolumes(ctx(), spec(c, "fast")); err != nil || len(out.Expanded) != 0 {
 			t.Fatalf("re-register with capacity %d exp: nothing grown got: %+v (%v)", c, out, err)
 		}
 	}
@@ -543,7 +547,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	// Re-register with more, through a follower: the controller grows it,
 	// the size is recorded, w1 (where a1 has it staged) expands, and the
 	// spec's other change lands.
-	out, err := e.c.Followers()[0].Client().Register(ctx(), spec(3<<20, "slow"))
+	out, err := e.c.Followers()[0].Client().RegisterVolumes(ctx(), spec(3<<20, "slow"))
 	if err != nil {
 		t.Fatalf("re-register with a larger capacity exp: no error got: %v", err)
 	}
@@ -560,18 +564,18 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 		t.Fatalf("recorded volume exp: capacity %d, tier slow, at the capacity entry's index %d after the registration's %d got: %+v",
 			3<<20, out.Index, out.RegisterIndex, v)
 	}
-	if again, err := e.api.Register(ctx(), spec(3<<20, "slow")); err != nil || len(again.Expanded) != 0 {
+	if again, err := e.api.RegisterVolumes(ctx(), spec(3<<20, "slow")); err != nil || len(again.Expanded) != 0 {
 		t.Fatalf("repeated re-register exp: nothing grown got: %+v (%v)", again, err)
 	}
 
 	// Smaller: refused naming the field, alone or in a batch with a good
 	// new volume; nothing is written and no plugin is called.
 	idx := volumeTableIndex(t, e)
-	if _, err := e.api.Register(ctx(), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
+	if _, err := e.api.RegisterVolumes(ctx(), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
 		!strings.HasPrefix(err.Error(), "invalid: capacity:") || !strings.Contains(err.Error(), "shrinking") {
 		t.Fatalf("re-register with a smaller capacity exp: invalid naming capacity got: %v", err)
 	}
-	if _, err := e.api.Register(ctx(), testVolume("fresh"), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
+	if _, err := e.api.RegisterVolumes(ctx(), testVolume("fresh"), spec(2<<20, "fast")); !errors.Is(err, structs.ErrInvalid) ||
 		!strings.Contains(err.Error(), "volumes[1].capacity") {
 		t.Fatalf("batch with a smaller capacity exp: invalid naming volumes[1].capacity got: %v", err)
 	}
@@ -585,7 +589,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.Servers[1].ClientWithToken(tok.SecretID).Register(ctx(), testVolume("fresh"), spec(4<<20, "fast")); !errors.Is(err, structs.ErrPermissionDenied) ||
+	if _, err := e.c.Servers[1].ClientWithToken(tok.SecretID).RegisterVolumes(ctx(), testVolume("fresh"), spec(4<<20, "fast")); !errors.Is(err, structs.ErrPermissionDenied) ||
 		!strings.Contains(err.Error(), "volume:create") || strings.Contains(err.Error(), tok.SecretID) {
 		t.Fatalf("growth with a register-only token exp: permission_denied naming volume:create got: %v", err)
 	}
@@ -603,7 +607,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	// second CreateVolume; one asking for less than recorded is refused.
 	more := createSpec("grow")
 	more.CapacityMin = 5 << 20
-	res, err := e.api.Create(ctx(), more)
+	res, err := e.api.CreateVolume(ctx(), more)
 	if err != nil {
 		t.Fatalf("repeated create with a larger capacity_min exp: no error got: %v", err)
 	}
@@ -620,14 +624,14 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	expectNodeExpansion(t, e, "grow", 5<<20)
 	less := createSpec("grow")
 	less.CapacityMax = 4 << 20
-	if _, err := e.api.Create(ctx(), less); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capacity_max") {
+	if _, err := e.api.CreateVolume(ctx(), less); !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "capacity_max") {
 		t.Fatalf("create with capacity_max below the recorded size exp: conflict naming capacity_max got: %v", err)
 	}
 
 	// A batch whose first growth fails at the plugin: the registration is
 	// written, nothing is grown, the error says so; registering the same
 	// batch again grows both.
-	if _, _, err := e.api.CreateVolume(ctx(), createSpec("grow2")); err != nil {
+	if _, err := e.api.CreateVolume(ctx(), createSpec("grow2")); err != nil {
 		t.Fatal(err)
 	}
 	second := spec(2<<20, "slow")
@@ -635,14 +639,14 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerExpandVolume": 1},
 		FailMessage: map[string]string{"ControllerExpandVolume": "array busy"}})
 	batch := []*structs.Volume{spec(6<<20, "batch"), second}
-	if _, err := e.api.Register(ctx(), batch...); err == nil || !strings.Contains(err.Error(), "array busy") ||
+	if _, err := e.api.RegisterVolumes(ctx(), batch...); err == nil || !strings.Contains(err.Error(), "array busy") ||
 		!strings.Contains(err.Error(), `grew 0 of 2 volumes; growing "grow" failed`) {
 		t.Fatalf("batch with a failing growth exp: the plugin's reason, nothing grown got: %v", err)
 	}
 	if v := recorded(); v.Capacity != 5<<20 || v.Parameters["tier"] != "batch" {
 		t.Fatalf("volume after the failed growth exp: registered (tier batch), capacity %d got: %+v", 5<<20, v)
 	}
-	out, err = e.api.Register(ctx(), batch...)
+	out, err = e.api.RegisterVolumes(ctx(), batch...)
 	if err != nil || len(out.Expanded) != 2 || out.Expanded[0].Capacity != 6<<20 || out.Expanded[1].VolumeID != "grow2" ||
 		out.Expanded[1].Capacity != 2<<20 || len(out.Expanded[1].NodesExpanded) != 0 {
 		t.Fatalf("batch registered again exp: grow to %d, grow2 to %d (no node) got: %+v (%v)", 6<<20, 2<<20, out.Expanded, err)

@@ -28,7 +28,7 @@ type cliFlags struct {
 
 func (c *cliFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.address, "address", "", "server address(es), comma-separated (default $CLAIMD_ADDR or "+api.DefaultAddress+")")
-	fs.DurationVar(&c.timeout, "timeout", 60*time.Second, "how long to wait for the server")
+	fs.DurationVar(&c.timeout, "timeout", api.DefaultTimeout, "how long to wait for the server")
 	fs.StringVar(&c.token, "token", "", "ACL token secret (default $CLAIMD_TOKEN)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA certificate to verify the server with; turns TLS on (default $CLAIMD_CACERT)")
 	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate for mutual TLS (default $CLAIMD_CLIENT_CERT)")

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/api"
-	"github.com/claimd/claimd/snapshot"
+	"github.com/claimd/claimd/snapshot/inspect"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -39,7 +39,7 @@ func runSnapshotSave(args []string, stdout, stderr io.Writer) int {
 	}
 	return x.run(args, check, func(ctx context.Context, c *api.Client, pos []string) int {
 		path := pos[0]
-		meta, err := c.SnapshotSaveWith(ctx, tmp, api.SnapshotOptions{AllowStale: *stale})
+		meta, err := c.SnapshotSave(ctx, tmp, api.SnapshotOptions{AllowStale: *stale})
 		if err == nil {
 			err = tmp.Sync()
 		}
@@ -61,7 +61,7 @@ func runSnapshotSave(args []string, stdout, stderr io.Writer) int {
 func runSnapshotRestore(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("operator snapshot restore", stdout, stderr)
 	longTimeout(x.fs)
-	var insp *snapshot.Inspection
+	var insp *inspect.Report
 	var f *os.File
 	defer func() {
 		if f != nil {
@@ -74,14 +74,14 @@ func runSnapshotRestore(args []string, stdout, stderr io.Writer) int {
 		}
 		// Checked here first for a quick, local answer; the servers check
 		// it again, all of it, before anything changes.
-		if insp, err = inspectFile(pos[0]); err != nil {
+		if insp, err = inspect.File(pos[0]); err != nil {
 			return fmt.Errorf("snapshot restore: %s: %v (nothing was sent)", pos[0], err)
 		}
 		f, err = os.Open(pos[0])
 		return err
 	}
 	return x.run(args, check, func(ctx context.Context, c *api.Client, pos []string) int {
-		if err := c.SnapshotRestore(ctx, f); err != nil {
+		if err := c.SnapshotRestore(ctx, f, api.SnapshotOptions{}); err != nil {
 			return x.fail("snapshot restore: %v", err)
 		}
 		fmt.Fprintf(stdout, "Restored %s: the cluster's state is the archive's (index %d, taken by %s at %s).\n",
@@ -97,7 +97,7 @@ func runSnapshotInspect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	insp, err := inspectFile(pos[0])
+	insp, err := inspect.File(pos[0])
 	if err != nil {
 		return x.fail("snapshot inspect: %s: %v", pos[0], err)
 	}
@@ -109,7 +109,7 @@ func runSnapshotInspect(args []string, stdout, stderr io.Writer) int {
 }
 
 // printInspection shows an archive's metadata and its records per table.
-func printInspection(w io.Writer, insp *snapshot.Inspection) {
+func printInspection(w io.Writer, insp *inspect.Report) {
 	m := insp.Meta
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Format\t%d\n", m.Format)
@@ -136,13 +136,4 @@ func longTimeout(fs *flag.FlagSet) {
 	f := fs.Lookup("timeout")
 	f.DefValue = snapshotTimeout.String()
 	_ = f.Value.Set(f.DefValue)
-}
-
-func inspectFile(path string) (*snapshot.Inspection, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return snapshot.Inspect(f)
 }

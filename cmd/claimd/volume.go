@@ -69,7 +69,7 @@ func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
 		return err
 	}
 	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
-		out, err := c.Register(ctx, vols...)
+		out, err := c.RegisterVolumes(ctx, vols...)
 		if err != nil {
 			return x.fail("register: %v", err)
 		}

@@ -40,7 +40,7 @@ func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
 		return nil
 	}
 	return x.run(args, check, func(ctx context.Context, c *api.Client, _ []string) int {
-		out, err := c.Create(ctx, spec)
+		out, err := c.CreateVolume(ctx, spec)
 		if err != nil {
 			return x.fail("create: %v", err)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"

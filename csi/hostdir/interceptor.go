@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/claimd/claimd/internal/backoff"
 )
 
 // intercept wraps every call: fault injection first (exit, delay, armed
@@ -49,17 +51,10 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // wait sleeps for d (no time: no wait) unless the call's context ends
 // first, which is the call's error then.
 func wait(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
+	if err := backoff.Sleep(ctx, d); err != nil {
+		return status.FromContextError(err).Err()
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	}
+	return nil
 }
 
 // record writes the audit line for one call. IDs the plugin made (a new

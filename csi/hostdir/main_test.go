@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimd/claimd/csi/internal/testutil"
+	"github.com/claimd/claimd/internal/testutil"
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

@@ -123,11 +123,11 @@ func nsRegister(t *testing.T, client func(string) *api.Client, via, id string, m
 	t.Helper()
 	v := &structs.Volume{ID: id, Name: "vol " + id, ExternalID: "ext-" + id, PluginID: nsPluginID,
 		AccessMode: mode, AttachmentMode: structs.AttachmentModeFilesystem}
-	idx, err := client(via).RegisterVolumes(nsTestCtx(t, 30*time.Second), v)
+	reg, err := client(via).RegisterVolumes(nsTestCtx(t, 30*time.Second), v)
 	if err != nil {
 		t.Fatalf("register %s via %s: exp: no error got: %v", id, via, err)
 	}
-	return idx
+	return reg.Index
 }
 
 func nsAuditCount(t *testing.T, path, method, vol string) int {

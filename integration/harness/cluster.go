@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
 )
@@ -319,24 +320,11 @@ func (c *Cluster) WaitForApplied(index uint64, timeout time.Duration) {
 }
 
 // WaitFor polls fn until it returns nil or the timeout passes, then fails
-// the test with fn's last error. This is how tests wait: never a fixed sleep.
+// the test with fn's last error (testutil.WaitFor). This is how tests
+// wait: never a fixed sleep.
 func WaitFor(t testing.TB, timeout time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	delay := 5 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %v", timeout, err)
-		}
-		time.Sleep(delay)
-		if delay < 100*time.Millisecond {
-			delay *= 2
-		}
-	}
+	testutil.WaitFor(t, timeout, fn)
 }
 
 // Ctx returns a context bounded for one test call.

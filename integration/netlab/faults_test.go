@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/claimd/claimd/internal/testutil"
 )
 
 func TestCut_DropsOneDirectionOnly(t *testing.T) {
@@ -153,7 +155,7 @@ func TestDropSYN_BlocksNewConnectionsNotEstablishedOnes(t *testing.T) {
 		}
 		dialed <- err
 	}()
-	waitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		n, err := lab.Dropped("b")
 		if err == nil && n <= before {
 			err = fmt.Errorf("exp: SYN dropped at b got: drop counter %d", n)

@@ -13,23 +13,6 @@ import (
 	"time"
 )
 
-// waitFor polls f until it returns nil, failing the test with f's last
-// error after timeout.
-func waitFor(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func requireLab(t testing.TB) {
 	t.Helper()
 	if err := Available(); err != nil {

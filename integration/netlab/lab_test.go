@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/claimd/claimd/internal/testutil"
 )
 
 func TestAvailable_ReportsWhatIsMissing(t *testing.T) {
@@ -141,7 +143,7 @@ func TestLab_CleanupRemovesNamespacesAndProcesses(t *testing.T) {
 		// ip netns exec execs in place: the Cmd's pid is the program's, so
 		// a harness can signal it directly.
 		// (Polled: the pid enters the namespace once ip has set it up.)
-		waitFor(t, 5*time.Second, func() error {
+		testutil.WaitFor(t, 5*time.Second, func() error {
 			pids, err := command("", "ip", "netns", "pids", lab.Namespace("b"))
 			if err == nil && strings.TrimSpace(pids) != strconv.Itoa(sleeper.Process.Pid) {
 				err = fmt.Errorf("exp: pid %d in b got: %q", sleeper.Process.Pid, pids)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
 
+	"github.com/claimd/claimd/internal/netutil"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/snapshot"
 	"github.com/claimd/claimd/structs"
@@ -18,10 +18,10 @@ import (
 // answers; one that does not lead passes the stream on to the leader.
 // Both need a management token (the archive holds every secret).
 
-// SnapshotOptions tune SnapshotSaveWith.
+// SnapshotOptions tune SnapshotSave and SnapshotRestore.
 type SnapshotOptions struct {
-	// AllowStale: the contacted server saves its own state, which may lag
-	// the leader's (works without a leader).
+	// AllowStale (save only): the contacted server saves its own state,
+	// which may lag the leader's (works without a leader).
 	AllowStale bool
 	// Token, when set, is sent instead of the client's token (the HTTP API
 	// passes its caller's).
@@ -31,12 +31,7 @@ type SnapshotOptions struct {
 // SnapshotSave writes an archive of the cluster's whole state, taken by
 // the leader after a barrier, to w. The archive is verified as it arrives
 // (snapshot.Read): on an error, what was written to w must be thrown away.
-func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) (*snapshot.Meta, error) {
-	return c.SnapshotSaveWith(ctx, w, SnapshotOptions{})
-}
-
-// SnapshotSaveWith is SnapshotSave with options.
-func (c *Client) SnapshotSaveWith(ctx context.Context, w io.Writer, opts SnapshotOptions) (*snapshot.Meta, error) {
+func (c *Client) SnapshotSave(ctx context.Context, w io.Writer, opts SnapshotOptions) (*snapshot.Meta, error) {
 	st, err := c.openSnapshot(ctx, snapshot.Request{Op: snapshot.OpSave, AllowStale: opts.AllowStale, AuthToken: opts.Token})
 	if err != nil {
 		return nil, err
@@ -84,12 +79,7 @@ func (c *Client) SnapshotSaveWith(ctx context.Context, w io.Writer, opts Snapsho
 // cluster, which verifies all of it before anything changes and then
 // replaces its whole state with the archive's through Raft. ACL tokens are
 // part of the state: after a restore only the archive's tokens are valid.
-func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) error {
-	return c.SnapshotRestoreWith(ctx, r, SnapshotOptions{})
-}
-
-// SnapshotRestoreWith is SnapshotRestore with options (Token).
-func (c *Client) SnapshotRestoreWith(ctx context.Context, r io.Reader, opts SnapshotOptions) error {
+func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader, opts SnapshotOptions) error {
 	st, err := c.openSnapshot(ctx, snapshot.Request{Op: snapshot.OpRestore, AuthToken: opts.Token})
 	if err != nil {
 		return err
@@ -144,22 +134,14 @@ func (c *Client) openSnapshot(ctx context.Context, req snapshot.Request) (*snaps
 	if req.AuthToken == "" && c.cfg.TokenFunc != nil {
 		req.AuthToken = c.cfg.TokenFunc()
 	}
-	wait := 50 * time.Millisecond
-	giveUp := time.Now().Add(c.cfg.RetryNoLeaderFor)
-	for {
-		st, err := c.openSnapshotOnce(ctx, req)
-		if err == nil || !errors.Is(err, structs.ErrNoLeader) || time.Now().Add(wait).After(giveUp) {
-			return st, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
-	}
+	var st *snapshotStream
+	err := c.retry(ctx, func() (err error) {
+		st, err = c.openSnapshotOnce(ctx, req)
+		return err
+	}, func(err error) bool {
+		return errors.Is(err, structs.ErrNoLeader)
+	})
+	return st, err
 }
 
 func (c *Client) openSnapshotOnce(ctx context.Context, req snapshot.Request) (*snapshotStream, error) {
@@ -176,7 +158,7 @@ func (c *Client) openSnapshotOnce(ctx context.Context, req snapshot.Request) (*s
 		}
 		// Each read and write is bounded by the client's timeout (a server
 		// gone silent), the whole stream by the context.
-		st := &snapshotStream{ctx: ctx, conn: &idleConn{Conn: raw, idle: c.cfg.Timeout}}
+		st := &snapshotStream{ctx: ctx, conn: netutil.Idle(raw, c.cfg.Timeout)}
 		st.stop = context.AfterFunc(ctx, func() { raw.Close() })
 		var resp snapshot.Response
 		err = snapshot.WriteFrame(st.conn, req)
@@ -195,20 +177,4 @@ func (c *Client) openSnapshotOnce(ctx context.Context, req snapshot.Request) (*s
 		return st, nil
 	}
 	return nil, lastErr
-}
-
-// idleConn bounds each Read and Write.
-type idleConn struct {
-	net.Conn
-	idle time.Duration
-}
-
-func (c *idleConn) Read(p []byte) (int, error) {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	return c.Conn.Read(p)
-}
-
-func (c *idleConn) Write(p []byte) (int, error) {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
-	return c.Conn.Write(p)
 }

@@ -1,4 +1,4 @@
-// Package testutil holds helpers shared by the csi and csi/hostdir tests.
+// Package testutil holds helpers shared by claimd's tests.
 package testutil
 
 import (
@@ -10,23 +10,27 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/claimd/claimd/internal/backoff"
 )
 
-// WaitFor polls check until it returns nil or the timeout passes, then fails
-// the test with the last error. Tests poll instead of sleeping: a fixed
-// sleep is either too long or, on a busy machine, too short.
+// WaitFor polls check until it returns nil or the timeout passes, then
+// fails the test with check's last error. Tests poll instead of sleeping:
+// a fixed sleep is either too long or, on a busy machine, too short. The
+// polls start 5 ms apart and slow down to 100 ms.
 func WaitFor(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	pace := backoff.New(5*time.Millisecond, 100*time.Millisecond)
 	for {
 		err := check()
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %v", timeout, err)
+			t.Fatalf("condition not met within %s: %v", timeout, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pace.Next())
 	}
 }
 

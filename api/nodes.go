@@ -1,0 +1,36 @@
+package api
+
+import (
+	"context"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// Node.* calls: client nodes and their plugin fingerprints.
+
+// RegisterNode registers a node and its plugin fingerprints.
+func (c *Client) RegisterNode(ctx context.Context, node *structs.Node) (*structs.NodeUpdateResponse, error) {
+	return call[structs.NodeUpdateResponse](ctx, c, "Node.Register", &structs.NodeRegisterRequest{Node: node})
+}
+
+// UpdateNodeStatus marks a node ready or down.
+func (c *Client) UpdateNodeStatus(ctx context.Context, nodeID string, status structs.NodeStatus) (*structs.NodeUpdateResponse, error) {
+	return call[structs.NodeUpdateResponse](ctx, c, "Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: status})
+}
+
+// DeregisterNodes removes nodes; their allocations become lost.
+func (c *Client) DeregisterNodes(ctx context.Context, ids ...string) (uint64, error) {
+	return c.write(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: ids})
+}
+
+// Node reads one node.
+func (c *Client) Node(ctx context.Context, id string, q structs.QueryOptions) (*structs.Node, structs.QueryMeta, error) {
+	out, err := call[structs.NodeResponse](ctx, c, "Node.Get", &structs.NodeSpecificRequest{ID: id, QueryOptions: q})
+	return out.Node, out.QueryMeta, err
+}
+
+// Nodes lists nodes.
+func (c *Client) Nodes(ctx context.Context, q structs.QueryOptions) ([]*structs.Node, structs.QueryMeta, error) {
+	out, err := call[structs.NodeListResponse](ctx, c, "Node.List", &structs.NodeListRequest{QueryOptions: q})
+	return out.Nodes, out.QueryMeta, err
+}
