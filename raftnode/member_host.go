@@ -42,4 +42,3 @@ func MemberHost(r *raft.Raft, remote string) bool {
 	}
 	return false
 }
-
