@@ -73,7 +73,7 @@ func (k configKey) path() string {
 	return k.block + "." + k.name
 }
 
-// configBlocks are the top-level blocks, in the order the README shows them.
+// configBlocks are the top-level blocks, in the order docs/operations.md shows them.
 var configBlocks = []string{"server", "client", "tls", "acl", "telemetry"}
 
 var configKeys = []configKey{

@@ -513,9 +513,9 @@ func TestConfigReload_AppliesLiveKeysReportsRestartKeysRefusesBadFiles(t *testin
 	}
 }
 
-// The README's examples parse (they are what an operator copies).
+// The examples in docs/operations.md parse (they are what an operator copies).
 func TestConfigFile_READMEExamplesParse(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,11 +527,11 @@ func TestConfigFile_READMEExamplesParse(t *testing.T) {
 		}
 		path := writeFile(t, filepath.Join(t.TempDir(), fmt.Sprintf("readme-%d.hcl", i)), b[1])
 		if _, err := loadConfigFiles([]string{path}); err != nil {
-			t.Errorf("README example %d exp: parses got: %v\n%s", i, err, b[1])
+			t.Errorf("docs/operations.md example %d exp: parses got: %v\n%s", i, err, b[1])
 		}
 		parsed++
 	}
 	if parsed < 2 {
-		t.Fatalf("README exp: a server and a client config example got: %d", parsed)
+		t.Fatalf("docs/operations.md exp: a server and a client config example got: %d", parsed)
 	}
 }
