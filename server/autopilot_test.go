@@ -11,24 +11,11 @@ import (
 	"github.com/hashicorp/raft"
 	autopilot "github.com/hashicorp/raft-autopilot"
 
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 
 // waitFor polls fn until it returns nil or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond) // poll pacing
-	}
-}
 
 // mustNewServer starts a one-server cluster on loopback (BootstrapExpect
 // 1: it leads) or, with expect 0, a server that never forms a cluster.
@@ -46,7 +33,7 @@ func mustNewServer(t *testing.T, expect int, ap AutopilotConfig) *Server {
 func mustNewLeader(t *testing.T, ap AutopilotConfig) *Server {
 	t.Helper()
 	s := mustNewServer(t, 1, ap)
-	waitFor(t, 20*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		if _, self := s.Leader(); !self {
 			return errors.New("leader exp: this server got: not yet")
 		}
@@ -58,7 +45,7 @@ func mustNewLeader(t *testing.T, ap AutopilotConfig) *Server {
 func healthOf(t *testing.T, s *Server) *structs.RaftHealthResponse {
 	t.Helper()
 	var h *structs.RaftHealthResponse
-	waitFor(t, 20*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		var err error
 		h, err = s.RaftHealth()
 		return err
@@ -126,7 +113,7 @@ func TestAutopilot_UnansweringServerLastContactGrows(t *testing.T) {
 	// The leader duties start after leadership is won, and enabling
 	// autopilot starts its peer records afresh: fetch only once it is on,
 	// or the records this test reads may be wiped under it.
-	waitFor(t, 20*time.Second, func() error {
+	testutil.WaitFor(t, 20*time.Second, func() error {
 		d.runMu.Lock()
 		defer d.runMu.Unlock()
 		if !d.on {
@@ -151,7 +138,7 @@ func TestAutopilot_UnansweringServerLastContactGrows(t *testing.T) {
 	if st := first[ghost]; st == nil || st.LastTerm != 0 || st.LastContact < 0 {
 		t.Fatalf("unanswering server's stats exp: term 0, contact >= 0 got: %+v", st)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if later := fetch()[ghost]; later.LastContact <= first[ghost].LastContact {
 			return fmt.Errorf("ghost's last contact exp: > %s got: %s", first[ghost].LastContact, later.LastContact)
 		}
@@ -165,7 +152,7 @@ func TestAutopilot_UnansweringServerLastContactGrows(t *testing.T) {
 	if away <= 0 {
 		t.Fatalf("ghost unreachable for exp: > 0 got: %s", away)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if away := d.unreachableFor(d.peers[ghost], time.Now()); away <= d.deadAfter {

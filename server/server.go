@@ -187,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	}, s, s, s.attach)
 	ttl := cfg.HeartbeatTTL
 	if ttl <= 0 {
-		ttl = defaultHeartbeatTTL
+		ttl = DefaultHeartbeatTTL
 	}
 	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
 	s.deps = &endpoints.Deps{
@@ -466,10 +466,10 @@ func (s *Server) SubmitClaim(req *structs.VolumeClaimRequest) (*structs.ClaimRes
 	return res, index, err
 }
 
-// defaultHeartbeatTTL is how soon a node must heartbeat. 10 s at production
+// DefaultHeartbeatTTL is how soon a node must heartbeat. 10 s at production
 // timings: long enough that a busy client is not marked down, short enough
 // that a dead node's claims start waiting for it within seconds.
-const defaultHeartbeatTTL = 10 * time.Second
+const DefaultHeartbeatTTL = 10 * time.Second
 
 // HeartbeatTTL implements endpoints.Cluster. The heartbeat timers hold it:
 // SetHeartbeatTTL may change it while the server runs.

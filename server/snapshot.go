@@ -13,6 +13,7 @@ import (
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/internal/netutil"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/snapshot"
 	"github.com/claimd/claimd/structs"
@@ -55,7 +56,7 @@ func (s *Server) serveSnapshot(conn net.Conn, info endpoints.ConnInfo) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	c := &idleConn{Conn: conn, read: snapshotIdleTimeout, write: snapshotIdleTimeout}
+	c := &netutil.IdleConn{Conn: conn, ReadTimeout: snapshotIdleTimeout, WriteTimeout: snapshotIdleTimeout}
 	method := "Snapshot.Save"
 	switch req.Op {
 	case snapshot.OpSave:
@@ -163,7 +164,7 @@ func (s *Server) proxySnapshot(client net.Conn, req snapshot.Request, addr strin
 	}
 	defer up.Close()
 	req.Forwarded = true
-	upw := &idleConn{Conn: up, write: snapshotIdleTimeout}
+	upw := &netutil.IdleConn{Conn: up, WriteTimeout: snapshotIdleTimeout}
 	if err := snapshot.WriteFrame(upw, req); err != nil {
 		respondSnapshot(client, structs.NewError(structs.CodeNoLeader, fmt.Sprintf("cannot reach the leader at %s: %v", addr, err)), 0)
 		return
@@ -176,7 +177,7 @@ func (s *Server) proxySnapshot(client net.Conn, req snapshot.Request, addr strin
 		up.Close()
 		client.Close()
 	}()
-	_, _ = io.Copy(&idleConn{Conn: client, write: snapshotIdleTimeout}, up)
+	_, _ = io.Copy(&netutil.IdleConn{Conn: client, WriteTimeout: snapshotIdleTimeout}, up)
 	up.Close()
 	client.Close()
 	<-done
@@ -364,24 +365,4 @@ func respondSnapshot(w io.Writer, err error, index uint64) {
 func removeTemp(f *os.File) {
 	f.Close()
 	_ = os.Remove(f.Name())
-}
-
-// idleConn bounds each Read and Write (0 = unbounded).
-type idleConn struct {
-	net.Conn
-	read, write time.Duration
-}
-
-func (c *idleConn) Read(p []byte) (int, error) {
-	if c.read > 0 {
-		_ = c.Conn.SetReadDeadline(time.Now().Add(c.read))
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *idleConn) Write(p []byte) (int, error) {
-	if c.write > 0 {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.write))
-	}
-	return c.Conn.Write(p)
 }

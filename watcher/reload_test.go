@@ -2,11 +2,12 @@ package watcher
 
 import (
 	"fmt"
-	"github.com/claimd/claimd/attachment"
-	"github.com/claimd/claimd/fsm/fsmtest"
 	"testing"
 	"time"
 
+	"github.com/claimd/claimd/attachment"
+	"github.com/claimd/claimd/fsm/fsmtest"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -41,7 +42,7 @@ func TestSetGCInterval_RunningLeaderPicksItUp(t *testing.T) {
 	if got := w.gcInterval(); got != 20*time.Millisecond {
 		t.Fatalf("gc interval exp: 20ms got: %s", got)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	testutil.WaitFor(t, 10*time.Second, func() error {
 		if err := freed(l); err != nil {
 			return fmt.Errorf("after SetGCInterval(20ms): %w", err)
 		}

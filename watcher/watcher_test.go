@@ -10,6 +10,7 @@ import (
 
 	"github.com/claimd/claimd/attachment"
 	"github.com/claimd/claimd/fsm/fsmtest"
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -70,21 +71,6 @@ func setup(t *testing.T, l *fsmtest.Local) {
 		Allocs: []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete}}})
 }
 
-func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func freed(l *fsmtest.Local) error {
 	v, _ := l.State().VolumeByID(nil, "v1")
 	if v.HasClaims() {
@@ -112,7 +98,7 @@ func TestWatcher_NodeDetachThenControllerDetachThenFree(t *testing.T) {
 	l := fsmtest.New()
 	setup(t, l)
 	csi := startWatcher(t, l)
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1]"; got != exp {
 		t.Fatalf("calls exp: %s got: %s", exp, got)
 	}
@@ -125,7 +111,7 @@ func TestWatcher_FailedNodeDetachRetriesWithBackoffAndNeverDetachesController(t 
 	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
 	w.SetEnabled(true)
 	defer w.SetEnabled(false)
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 	exp := "[node-fail a1 node-fail a1 node-fail a1 node a1 controller ext-n1]"
 	if got := fmt.Sprint(csi.log()); got != exp {
 		t.Fatalf("calls exp: %s got: %s", exp, got)
@@ -138,7 +124,7 @@ func TestWatcher_DisabledDoesNothingAndReEnableResumes(t *testing.T) {
 	csi := &recordingCSI{nodeFails: 1000}
 	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
 	w.SetEnabled(true)
-	waitFor(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if w.Status()["v1"].Attempts < 2 {
 			return errors.New("no retries yet")
 		}
@@ -160,7 +146,7 @@ func TestWatcher_DisabledDoesNothingAndReEnableResumes(t *testing.T) {
 	csi.mu.Unlock()
 	w.SetEnabled(true) // a new leader: re-scans the pending eval
 	defer w.SetEnabled(false)
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 }
 
 func TestBackoff_GrowsAndIsCapped(t *testing.T) {
@@ -179,14 +165,14 @@ func TestWatcher_ReleasesEvalsThatBecomePendingAfterItStarted(t *testing.T) {
 	l := fsmtest.New()
 	csi := startWatcher(t, l)
 	setup(t, l) // the pending eval is written after the watcher's first look
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 	// A second release, after the watcher has moved past the first eval.
 	l.Must(t, structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{{
 		ID: "a2", NodeID: "n1", Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}}})
 	l.Must(t, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
 		{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeWrite},
 		{VolumeID: "v1", AllocID: "a2", Release: true}}})
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1 node a2 controller ext-n1]"; got != exp {
 		t.Fatalf("calls exp: %s got: %s", exp, got)
 	}
@@ -202,14 +188,14 @@ func TestWatcher_RestoredStateIsReadFromTheStart(t *testing.T) {
 	}
 	setup(t, l)
 	csi := startWatcher(t, l)
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 
 	other := fsmtest.New()
 	setup(t, other) // its pending eval has a lower ModifyIndex than l's had
 	if err := l.RestoreFrom(other); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error { return freed(l) })
+	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
 	if got, exp := fmt.Sprint(csi.log()), "[node a1 controller ext-n1 node a1 controller ext-n1]"; got != exp {
 		t.Fatalf("calls exp: %s got: %s", exp, got)
 	}

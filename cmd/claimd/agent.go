@@ -73,11 +73,8 @@ func (p *pluginFlags) Set(s string) error {
 	return nil
 }
 
-// Agent defaults that no other package owns. The server's own heartbeat
-// TTL default (10 s) is unexported in package server, so it is written
-// out here too.
+// Agent defaults that no other package owns.
 const (
-	defaultHeartbeatTTL   = 10 * time.Second
 	defaultLogLevel       = "info"
 	defaultRaftMultiplier = 1
 	// leaveTimeout bounds -leave-on-terminate's leave.
@@ -137,7 +134,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "trace, debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
-	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", defaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
+	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", server.DefaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
 	fs.IntVar(&f.releaseWorkers, "release-workers", watcher.DefaultWorkers, "server: volumes released in parallel by the leader")
 	fs.DurationVar(&f.backoffBase, "release-backoff-base", watcher.DefaultBackoffBase, "server: first retry delay of a failed release (doubles each attempt)")
