@@ -39,9 +39,35 @@ const maxIdleStreams = 512
 // time, reusing idle streams. It is safe for concurrent use.
 type MuxClient struct {
 	session *yamux.Session
+	// slots holds one token per open stream (in use or idle), at most
+	// maxOpenStreams: past that a caller waits for a stream rather than
+	// open one the server would refuse (MaxStreamsPerSession).
+	slots chan struct{}
+	// idleCh signals (one buffered) that a stream went back to the pool,
+	// to a caller waiting for a slot.
+	idleCh chan struct{}
 
 	mu   sync.Mutex
-	idle []*netrpc.Client
+	idle []*muxStream
+}
+
+// muxStream is one open stream with its net/rpc client, holding a slot
+// until it is closed.
+type muxStream struct {
+	*netrpc.Client
+	slots chan struct{}
+	once  sync.Once
+}
+
+// Close closes the stream and gives its slot back.
+func (s *muxStream) Close() error {
+	err := s.Client.Close()
+	s.once.Do(func() { <-s.slots })
+	return err
+}
+
+func newMuxClient(s *yamux.Session) *MuxClient {
+	return &MuxClient{session: s, slots: make(chan struct{}, maxOpenStreams), idleCh: make(chan struct{}, 1)}
 }
 
 // DialMux dials addr, writes ProtoMux and starts a yamux client session.
@@ -64,12 +90,12 @@ func NewMuxClient(conn net.Conn, logger hclog.Logger) (*MuxClient, error) {
 		conn.Close()
 		return nil, notSent(fmt.Errorf("yamux: %w", err))
 	}
-	return &MuxClient{session: sess}, nil
+	return newMuxClient(sess), nil
 }
 
 // WrapSession makes a MuxClient over an existing session (for example a
 // server calling down a client agent's session).
-func WrapSession(s *yamux.Session) *MuxClient { return &MuxClient{session: s} }
+func WrapSession(s *yamux.Session) *MuxClient { return newMuxClient(s) }
 
 // Session returns the underlying session.
 func (m *MuxClient) Session() *yamux.Session { return m.session }
@@ -89,27 +115,55 @@ func (m *MuxClient) Close() error {
 	return m.session.Close()
 }
 
-func (m *MuxClient) acquire() (*netrpc.Client, error) {
-	m.mu.Lock()
-	if n := len(m.idle); n > 0 {
-		c := m.idle[n-1]
-		m.idle = m.idle[:n-1]
+func (m *MuxClient) acquire(ctx context.Context) (*muxStream, error) {
+	for {
+		m.mu.Lock()
+		if n := len(m.idle); n > 0 {
+			c := m.idle[n-1]
+			m.idle = m.idle[:n-1]
+			m.mu.Unlock()
+			if n > 1 {
+				// Another caller may be waiting for one of the rest.
+				m.signalIdle()
+			}
+			return c, nil
+		}
 		m.mu.Unlock()
-		return c, nil
+		select {
+		case m.slots <- struct{}{}:
+		case <-m.idleCh:
+			continue // a stream went back to the pool: look again
+		case <-ctx.Done():
+			return nil, notSentError{coded: structs.NewError(structs.CodeTimeout,
+				fmt.Sprintf("waiting for one of the session's %d streams: %v", maxOpenStreams, ctx.Err()))}
+		case <-m.session.CloseChan():
+			return nil, notSent(fmt.Errorf("%w: open stream: %v", ErrNotSent, yamux.ErrSessionShutdown))
+		}
+		stream, err := m.session.OpenStream()
+		if err != nil {
+			<-m.slots
+			return nil, notSent(fmt.Errorf("%w: open stream: %v", ErrNotSent, err))
+		}
+		return &muxStream{Client: netrpc.NewClientWithCodec(NewClientCodec(stream)), slots: m.slots}, nil
 	}
-	m.mu.Unlock()
-	stream, err := m.session.OpenStream()
-	if err != nil {
-		return nil, fmt.Errorf("%w: open stream: %v", ErrNotSent, err)
-	}
-	return netrpc.NewClientWithCodec(NewClientCodec(stream)), nil
 }
 
-func (m *MuxClient) release(c *netrpc.Client) {
+// signalIdle wakes a caller waiting for a stream (all maxOpenStreams are
+// open): one went back to the pool. The signal is kept when nobody waits
+// yet, so a caller that found the pool empty just before still sees it.
+func (m *MuxClient) signalIdle() {
+	select {
+	case m.idleCh <- struct{}{}:
+	default:
+	}
+}
+
+func (m *MuxClient) release(c *muxStream) {
 	m.mu.Lock()
 	if len(m.idle) < maxIdleStreams && !m.session.IsClosed() {
 		m.idle = append(m.idle, c)
 		m.mu.Unlock()
+		m.signalIdle()
 		return
 	}
 	m.mu.Unlock()
@@ -121,9 +175,9 @@ func (m *MuxClient) release(c *netrpc.Client) {
 // transport errors are coded unavailable, and wrap ErrNotSent when the
 // request never left.
 func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) error {
-	c, err := m.acquire()
+	c, err := m.acquire(ctx)
 	if err != nil {
-		return notSent(err)
+		return err
 	}
 	// Decode into a fresh value and copy it out only on success: after a
 	// timeout the stream's reader may still fill the reply in, and the
@@ -144,7 +198,13 @@ func (m *MuxClient) Call(ctx context.Context, method string, args, reply any) er
 		copyReply(reply, fresh)
 		return nil
 	case errors.As(call.Error, &se):
-		m.release(c)
+		if streamEnded(string(se)) {
+			// The server refused the request itself (its size, the
+			// read deadline, the budget) and closed the stream.
+			c.Close()
+		} else {
+			m.release(c)
+		}
 		return structs.ParseError(call.Error)
 	case sendFailed(call.Error) || errors.Is(call.Error, netrpc.ErrShutdown):
 		// net/rpc hands back raw errors only from writing the request;

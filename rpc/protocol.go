@@ -51,6 +51,15 @@ const MaxRequestBytes = 8 << 20
 // YamuxConfig is the one yamux configuration for both ends of a session.
 // Keepalives detect a dead peer behind a silent network (a partition sends
 // no RST) within about KeepAliveInterval+ConnectionWriteTimeout.
+//
+// yamux's own limits do not bound what a session holds on a server, so
+// the server bounds it itself (limits.go): AcceptBacklog (256) bounds only
+// streams not yet accepted, and ServeStreams accepts at once, so the cap
+// on streams per session is MaxStreamsPerSession; the receive window
+// (MaxStreamWindowSize) cannot be set below its 256 KiB default, so each
+// stream may buffer that much, which is why streams the server has given
+// up on are drained rather than left full, and why idle streams let go
+// of their receive buffer after a large request.
 func YamuxConfig(logger hclog.Logger) *yamux.Config {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = nil

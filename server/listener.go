@@ -96,7 +96,9 @@ func (s *Server) handleConn(conn net.Conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.newRPCServer(info).ServeCodec(measureCodec(rpc.NewServerCodec(conn, rpc.MaxRequestBytes)))
+		// One request at a time on a plain connection: the server's
+		// budget and the read deadline apply (rpc_limits.go).
+		s.newRPCServer(info).ServeCodec(measureCodec(rpc.NewLimitedServerCodec(conn, s.requestLimits(nil, info.Remote))))
 	case rpc.ProtoMux:
 		if !s.track(conn) {
 			return
@@ -214,7 +216,8 @@ func (s *Server) refuse(conn net.Conn, why string, kv ...any) {
 	conn.Close()
 }
 
-// serveMux serves every stream of a yamux session with one rpc.Server.
+// serveMux serves every stream of a yamux session with one rpc.Server,
+// within the RPC port's limits.
 func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
 	sess, err := rpc.NewYamuxServer(conn, s.logger)
 	if err != nil {
@@ -228,11 +231,11 @@ func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
 	}()
 	info.Session = sess
 	rs := s.newRPCServer(info)
-	for {
-		stream, err := sess.AcceptStream()
-		if err != nil {
-			return
-		}
-		go rs.ServeCodec(measureCodec(rpc.NewServerCodec(stream, rpc.MaxRequestBytes)))
-	}
+	// Every stream's unfinished request is charged to the session's
+	// budget and the server's, and at most rpc.MaxStreamsPerSession
+	// streams are served at once (rpc/limits.go, rpc_limits.go).
+	limits := s.requestLimits(s.sessionBudget(), info.Remote)
+	rpc.ServeStreams(sess, rpc.MaxStreamsPerSession, func(stream net.Conn) {
+		rs.ServeCodec(measureCodec(rpc.NewLimitedServerCodec(stream, limits)))
+	}, func(why string) { s.streamRefused(info.Remote, why) })
 }

@@ -1,0 +1,182 @@
+package rpc
+
+import (
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// What one peer can make a server hold while it sends requests (issue 24,
+// item 4: 60 streams on one session, each holding a partly sent request of
+// nearly MaxRequestBytes, took a server from 29 MB to 1.3 GB and cost it
+// its leadership). docs/security.md lists them.
+const (
+	// MaxStreamsPerSession bounds the streams a server serves at once on
+	// one yamux session; past it a new stream is closed at once. A
+	// legitimate session holds at most its callers' concurrent calls plus
+	// the idle streams MuxClient keeps (maxIdleStreams, 512): a follower
+	// forwards a few hundred calls at once, claimd bench runs 64-256
+	// callers. 1024 leaves room for both, and MuxClient itself never opens
+	// more than maxOpenStreams, so a legitimate client waits instead of
+	// being refused.
+	MaxStreamsPerSession = 1024
+
+	// SessionBudgetBytes bounds the bytes held in unfinished requests on
+	// one session: two requests of the largest size at once. A follower
+	// forwards many calls over one session, almost all of them under
+	// freeRequestBytes (which are never charged); two batch registrations
+	// of the largest size may be read at once, a third waits for budget.
+	SessionBudgetBytes = 2 * MaxRequestBytes
+
+	// ServerBudgetBytes bounds the bytes held in unfinished requests on
+	// the whole server, all sessions and plain connections together: four
+	// requests of the largest size. It is what keeps a flood spread over
+	// many sessions within the server's memory. A held byte costs about
+	// two in RSS (the Go heap grows to twice what is live before it
+	// collects), so 32 MiB keeps a flood's cost near 100 MB where 64 MiB
+	// measured 220 MB above idle (the flood test allows 200 MB). Small
+	// requests (under freeRequestBytes) are never charged, so calls go on
+	// while a flood holds the whole budget; only large ones are refused.
+	ServerBudgetBytes = 4 * MaxRequestBytes
+
+	// RequestReadTimeout bounds the read of one request from its first
+	// byte to its last. A legitimate request is written in one go; the
+	// largest (MaxRequestBytes) takes well under a second on any link a
+	// cluster runs on, and 20 s is still far above that on a loaded
+	// machine. Idle streams between requests have no deadline: clients
+	// keep them pooled.
+	RequestReadTimeout = 20 * time.Second
+
+	// freeRequestBytes of a request's buffer are never charged to a
+	// budget, so that the small requests almost every call is (a claim,
+	// a heartbeat, a read: a few hundred bytes) are served even while a
+	// flood holds the whole budget. What they can hold uncharged is
+	// bounded by the streams: MaxStreamsPerSession of them per session.
+	freeRequestBytes = 4 << 10
+
+	// maxOpenStreams is how many streams a MuxClient keeps open at once
+	// (in use or idle). It stays below MaxStreamsPerSession by a margin
+	// for streams the client has closed that the server has not finished
+	// with yet, so that a legitimate client never meets the server's cap:
+	// its callers past the bound wait for a stream instead.
+	maxOpenStreams = MaxStreamsPerSession - 256
+)
+
+// Budget is an allowance of bytes held by unfinished requests, shared by
+// every reader charged to it (a session's streams) and, through its parent,
+// with other budgets (every session on a server). Bytes are charged as a
+// request's buffer grows and released when the request is fully read or
+// fails; a charge that does not fit is refused, never waited for.
+type Budget struct {
+	name   string
+	limit  int64
+	used   atomic.Int64
+	parent *Budget
+}
+
+// NewBudget makes a budget of limit bytes named for errors ("session",
+// "server"); charges to it are charged to parent too (nil: none).
+func NewBudget(name string, limit int64, parent *Budget) *Budget {
+	return &Budget{name: name, limit: limit, parent: parent}
+}
+
+// Used is the bytes charged now.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+// Limit is the bytes the budget allows.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Name says which budget this is ("session", "server").
+func (b *Budget) Name() string { return b.name }
+
+// take charges n bytes to b and its parents, all or none. On refusal it
+// returns the budget that had no room.
+func (b *Budget) take(n int64) *Budget {
+	for x := b; x != nil; x = x.parent {
+		if !x.tryTake(n) {
+			for y := b; y != x; y = y.parent {
+				y.used.Add(-n)
+			}
+			return x
+		}
+	}
+	return nil
+}
+
+func (x *Budget) tryTake(n int64) bool {
+	for {
+		u := x.used.Load()
+		if u+n > x.limit {
+			return false
+		}
+		if x.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give releases n bytes taken from b.
+func (b *Budget) give(n int64) {
+	for x := b; x != nil; x = x.parent {
+		x.used.Add(-n)
+	}
+}
+
+// ServeStreams accepts the streams of a yamux session and runs serve on
+// each in its own goroutine, at most maxStreams at once. A stream past
+// that is closed at once and refused is told why. A stream is held from
+// its accept until its peer has closed it too: after serve returns, what
+// the peer still sends is read and discarded (drain), so that bytes a
+// peer pushes into a stream the server has given up on are never
+// buffered. A peer that leaves more than 2*maxStreams streams open on
+// the session (refused streams it never closes) loses the session.
+// ServeStreams returns when the session ends.
+func ServeStreams(sess *yamux.Session, maxStreams int, serve func(net.Conn), refused func(why string)) {
+	var held atomic.Int64
+	for {
+		stream, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		// NumStreams counts every stream the session knows: served,
+		// draining, refused but not closed by the peer, and not accepted
+		// yet. Each may buffer up to yamux's receive window.
+		if n := sess.NumStreams(); n > 2*maxStreams {
+			refused(fmt.Sprintf("session closed: the peer keeps %d streams open, more than twice the limit of %d per session", n, maxStreams))
+			sess.Close()
+			return
+		}
+		if held.Load() >= int64(maxStreams) {
+			refused(fmt.Sprintf("stream closed at once: %d streams are open on this session, the limit (rpc.MaxStreamsPerSession)", maxStreams))
+			go drain(stream)
+			continue
+		}
+		held.Add(1)
+		go func() {
+			defer held.Add(-1)
+			serve(stream)
+			drain(stream)
+		}()
+	}
+}
+
+// drain closes a stream and reads what its peer still sends until the
+// peer closes it too (or yamux gives up on it after StreamCloseTimeout,
+// or the session ends). Without it, a stream closed on one side keeps
+// up to its receive window (256 KiB) buffered that nobody reads.
+func drain(s *yamux.Stream) {
+	s.Close()
+	var buf [4096]byte
+	for {
+		_, err := s.Read(buf[:])
+		// Let go of yamux's receive buffer once it is empty: a drained
+		// stream holds nothing.
+		s.Shrink()
+		if err != nil {
+			return
+		}
+	}
+}
