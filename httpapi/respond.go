@@ -162,7 +162,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // readBody reads a body of at most maxBodyBytes, without leading or
 // trailing space.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	// Read into a buffer of the announced size (bounded): growing by
+	// doubling would hold up to twice the body while it is read.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= maxBodyBytes {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	data := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -12,12 +12,18 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"golang.org/x/net/netutil"
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/tlsutil"
 )
+
+// maxConns bounds the HTTP connections an agent holds at once: far more
+// than operators, scripts and UIs open, few enough that each holding a
+// head and a small body is a bounded cost.
+const maxConns = 512
 
 // DefaultAddr is where the agent serves the API without -http-addr.
 const DefaultAddr = "127.0.0.1:4646"
@@ -79,6 +85,10 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 
+	// largeBodies holds a slot per request body over smallBody being
+	// read (guard.go).
+	largeBodies chan struct{}
+
 	mu       sync.Mutex
 	http     *http.Server
 	listener net.Listener
@@ -111,7 +121,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	base, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, logger: cfg.Logger, api: cl, mux: http.NewServeMux(), base: base, cancel: cancel}
+	s := &Server{cfg: cfg, logger: cfg.Logger, api: cl, mux: http.NewServeMux(), base: base, cancel: cancel,
+		largeBodies: make(chan struct{}, maxLargeBodies)}
 	s.routes()
 	return s, nil
 }
@@ -123,7 +134,11 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 // ServeHTTP serves one request: the route's handler, or a JSON 404 or 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern != "" {
-		s.mux.ServeHTTP(w, r)
+		release, ok := s.guard(w, r)
+		defer release()
+		if ok {
+			s.mux.ServeHTTP(w, r)
+		}
 		return
 	}
 	// No route: let the mux decide between 404, 405 (with Allow) and a
@@ -171,8 +186,15 @@ func (s *Server) Start() error {
 		// SIGHUP. No ALPN: HTTP/1.1.
 		l = tls.NewListener(l, s.cfg.TLS.IncomingConfig())
 	}
+	// At most maxConns connections at once (each may hold a request head
+	// and a body being read); more wait in the kernel's backlog.
+	l = netutil.LimitListener(l, maxConns)
 	hs := &http.Server{
 		Handler: s,
+		// The head of a request must arrive within ReadHeaderTimeout; its
+		// body is bounded by guard (bodyReadTimeout), not by ReadTimeout,
+		// which would also end the blocking queries that hold a GET.
+		MaxHeaderBytes: 64 << 10,
 		// Bounds the TLS handshake and the request head; not the
 		// response, which a blocking query holds for up to its wait.
 		ReadHeaderTimeout: 10 * time.Second,

@@ -20,6 +20,10 @@ import (
 	"github.com/claimd/claimd/integration/harness"
 )
 
+// jsonType is the header every state-changing request with a JSON body
+// sends (curl's --data would say form-urlencoded, which the API refuses).
+const jsonType = "Content-Type: application/json"
+
 // curlResult is one curl run: the status, headers and body it got.
 type curlResult struct {
 	status int
@@ -82,19 +86,7 @@ func startDevAgent(t *testing.T) (dev *harness.Process, env map[string]string, u
 	}
 	addr, httpAddr := harness.FreeAddr(t), harness.FreeAddr(t)
 	dev = harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-http-addr", httpAddr, "-raft-multiplier", "0.2")
-	env = map[string]string{}
-	harness.WaitFor(t, 30*time.Second, func() error {
-		for _, line := range strings.Split(dev.Output(), "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "export "); ok {
-				for _, kv := range strings.Fields(rest) {
-					k, v, _ := strings.Cut(kv, "=")
-					env[k] = v
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("dev agent exp: an export line got: %q", dev.Output())
-	})
+	env = devEnv(t, dev)
 	if !strings.Contains(dev.Output(), "claimd HTTP API: https://"+httpAddr) {
 		t.Fatalf("dev agent exp: its HTTP API's URL got: %q", dev.Output())
 	}
@@ -117,7 +109,7 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 	spec := filepath.Join(t.TempDir(), "volume.json")
 	writeSpec(t, spec, `{"id": "pgdata", "name": "postgres data", "external_id": "pgdata", "plugin_id": "hostdir",
   "access_mode": "single-node-writer", "attachment_mode": "file-system", "secrets": {"token": "never-printed"}}`)
-	r := runCurl(t, env, "-H", token, "-X", "PUT", "--data-binary", "@"+spec, url+"/v1/volume/pgdata")
+	r := runCurl(t, env, "-H", token, "-H", jsonType, "-X", "PUT", "--data-binary", "@"+spec, url+"/v1/volume/pgdata")
 	if r.status != 200 || !bytes.Contains(r.body, []byte(`"pgdata"`)) {
 		t.Fatalf("register with curl exp: 200 got: %s", r)
 	}
@@ -148,7 +140,7 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 
 	writeSpec(t, spec, `{"id": "pgdata", "name": "postgres data v2", "external_id": "pgdata", "plugin_id": "hostdir",
   "access_mode": "single-node-writer", "attachment_mode": "file-system"}`)
-	if r := runCurl(t, env, "-H", token, "-X", "POST", "--data-binary", "@"+spec, url+"/v1/volumes"); r.status != 200 {
+	if r := runCurl(t, env, "-H", token, "-H", jsonType, "-X", "POST", "--data-binary", "@"+spec, url+"/v1/volumes"); r.status != 200 {
 		t.Fatalf("re-register with curl exp: 200 got: %s", r)
 	}
 	select {
@@ -207,7 +199,7 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 	if res := harness.RunCLI(t, "operator", "snapshot", "inspect", "-json", snap); res.Code != 0 || !strings.Contains(res.Stdout, `"volumes": 1`) {
 		t.Fatalf("snapshot inspect exp: one volume got: %d %q %q", res.Code, res.Stdout, res.Stderr)
 	}
-	r = runCurl(t, env, "-X", "POST", "--data-binary", "@"+snap, url+"/v1/operator/snapshot/inspect")
+	r = runCurl(t, env, "-H", "Content-Type: application/octet-stream", "-X", "POST", "--data-binary", "@"+snap, url+"/v1/operator/snapshot/inspect")
 	if r.status != 200 || !bytes.Contains(r.body, []byte(`"volumes": 1`)) {
 		t.Fatalf("snapshot inspect over HTTP exp: 200, one volume got: %s", r)
 	}
@@ -224,7 +216,7 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 func TestHTTPAPI_CurlVolumeLifecycle(t *testing.T) {
 	dev, env, url, token := startDevAgent(t)
 	put := func(path, body string) curlResult {
-		return runCurl(t, env, "-H", token, "-X", "PUT", "--data", body, url+path)
+		return runCurl(t, env, "-H", token, "-H", jsonType, "-X", "PUT", "--data", body, url+path)
 	}
 	caps := `"capabilities":[{"access_mode":"single-node-writer","attachment_mode":"file-system"}]`
 	if r := put("/v1/volume/scratch/create", `{"plugin_id":"hostdir","capacity_min":1048576,`+caps+`}`); r.status != 200 {
@@ -304,4 +296,40 @@ func TestHTTPAPI_CurlWebUIFromTheBinary(t *testing.T) {
 	if r := runCurl(t, env, url+"/ui/app.js"); r.status != 200 || !bytes.Contains(r.body, []byte("X-Claimd-Token")) {
 		t.Fatalf("GET /ui/app.js exp: 200, the script got: %d", r.status)
 	}
+}
+
+// devEnv waits for the dev agent's "source FILE" line and reads the CLI
+// environment from FILE; the agent's output must not hold the token.
+func devEnv(t *testing.T, dev *harness.Process) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		for _, line := range strings.Split(dev.Output(), "\n") {
+			path, ok := strings.CutPrefix(strings.TrimSpace(line), "source ")
+			if !ok {
+				continue
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			rest, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "export ")
+			if !ok {
+				return fmt.Errorf("%s exp: an export line got: %q", path, data)
+			}
+			for _, kv := range strings.Fields(rest) {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+			return nil
+		}
+		if dev.Exited() {
+			t.Fatalf("dev agent exp: running got: exited\n%s", dev.Output())
+		}
+		return fmt.Errorf("dev agent exp: a source line got: %q", dev.Output())
+	})
+	if tok := env["CLAIMD_TOKEN"]; tok == "" || strings.Contains(dev.Output(), tok) {
+		t.Fatalf("dev agent output exp: no management token (dev.env holds it) got: token %q in %q", tok, dev.Output())
+	}
+	return env
 }

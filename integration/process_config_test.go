@@ -45,18 +45,9 @@ client {
 	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-config", cfgFile)
 
 	var env []string
-	harness.WaitFor(t, 30*time.Second, func() error {
-		for _, line := range strings.Split(dev.Output(), "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "export "); ok {
-				env = strings.Fields(rest)
-				return nil
-			}
-		}
-		if dev.Exited() {
-			t.Fatalf("dev agent exp: running got: exited\n%s", dev.Output())
-		}
-		return fmt.Errorf("dev agent exp: an export line for the CLI got: not yet")
-	})
+	for k, v := range devEnv(t, dev) {
+		env = append(env, k+"="+v)
+	}
 	cli := func(args ...string) harness.CLIResult { return harness.RunCLIEnv(t, env, args...) }
 	out := dev.Output()
 	// bind and data_dir come from the file.

@@ -347,18 +347,20 @@ func (a *agent) startHTTP() error {
 	return nil
 }
 
-// bootstrapDev makes the dev agent's management token and shows the CLI's
-// environment, once, to the one who started the agent (like acl
-// bootstrap's output); it is never logged.
+// bootstrapDev makes the dev agent's management token, writes the CLI's
+// environment to dev.env and says where it is.
 func (a *agent) bootstrapDev() error {
 	if a.devSec == nil || a.srv == nil {
 		return nil
 	}
-	line, err := a.devSec.bootstrap(a.srv.Addr(), devBootstrapTimeout)
-	if err != nil {
+	if _, err := a.devSec.bootstrap(a.srv.Addr(), devBootstrapTimeout); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "dev agent: mutual TLS and ACLs are on. In another shell, for the CLI:\n  source %s\nwhich is:\n  %s\n", a.devSec.envFile, line)
+	// Where the environment is, never the token itself: dev.env (mode
+	// 0600) is the one place the secret is written.
+	fmt.Fprintf(a.stdout, "dev agent: mutual TLS and ACLs are on. In another shell, for the CLI:\n  source %s\n"+
+		"(it sets CLAIMD_ADDR, CLAIMD_CACERT, CLAIMD_CLIENT_CERT, CLAIMD_CLIENT_KEY and CLAIMD_TOKEN, the management token)\n",
+		a.devSec.envFile)
 	return nil
 }
 

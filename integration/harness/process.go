@@ -118,6 +118,9 @@ func (p *Process) start() {
 	}()
 }
 
+// PID is the process's operating-system ID (for /proc readings).
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 // Kill sends SIGKILL and waits for the process to exit.
 func (p *Process) Kill() {
 	select {
