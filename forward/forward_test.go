@@ -2,7 +2,6 @@ package forward
 
 import (
 	"errors"
-	"io"
 	"net"
 	netrpc "net/rpc"
 	"sync"
@@ -11,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/yamux"
 
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 )
@@ -70,42 +69,20 @@ func (l *Leader) Write(args *WriteArgs, reply *string) error {
 // mustServeLeader runs the Leader service on loopback, speaking ProtoMux.
 func mustServeLeader(t *testing.T) (string, *Leader) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	svc := &Leader{}
 	rs := netrpc.NewServer()
 	if err := rs.RegisterName("Test", svc); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				var b [1]byte
-				if _, err := io.ReadFull(c, b[:]); err != nil {
-					return
-				}
-				sess, err := yamux.Server(c, rpc.YamuxConfig(hclog.NewNullLogger()))
-				if err != nil {
-					return
-				}
-				for {
-					s, err := sess.AcceptStream()
-					if err != nil {
-						return
-					}
-					go rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
-				}
-			}()
+	addr := testutil.ServeLoopback(t, func(c net.Conn) {
+		if _, ok := testutil.ReadProtocolByte(c); !ok {
+			return
 		}
-	}()
-	return l.Addr().String(), svc
+		testutil.ServeMuxStreams(c, rpc.YamuxConfig(hclog.NewNullLogger()), nil, func(s net.Conn) {
+			rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
+		})
+	})
+	return addr, svc
 }
 
 func newTestForwarder(t *testing.T, ls LeaderSource, hold time.Duration) *Forwarder {

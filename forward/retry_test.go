@@ -2,7 +2,6 @@ package forward
 
 import (
 	"errors"
-	"io"
 	"net"
 	netrpc "net/rpc"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 )
@@ -54,45 +54,24 @@ func (v *Volume) dropSessions() {
 
 func mustServeLossyLeader(t *testing.T) (string, *Volume) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	svc := &Volume{}
 	rs := netrpc.NewServer()
 	if err := rs.Register(svc); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				var b [1]byte
-				if _, err := io.ReadFull(c, b[:]); err != nil {
-					return
-				}
-				sess, err := yamux.Server(c, rpc.YamuxConfig(hclog.NewNullLogger()))
-				if err != nil {
-					return
-				}
-				svc.mu.Lock()
-				svc.sessions = append(svc.sessions, sess)
-				svc.mu.Unlock()
-				for {
-					s, err := sess.AcceptStream()
-					if err != nil {
-						return
-					}
-					go rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
-				}
-			}()
+	addr := testutil.ServeLoopback(t, func(c net.Conn) {
+		if _, ok := testutil.ReadProtocolByte(c); !ok {
+			return
 		}
-	}()
-	return l.Addr().String(), svc
+		testutil.ServeMuxStreams(c, rpc.YamuxConfig(hclog.NewNullLogger()), func(sess *yamux.Session) {
+			svc.mu.Lock()
+			svc.sessions = append(svc.sessions, sess)
+			svc.mu.Unlock()
+		}, func(s net.Conn) {
+			rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
+		})
+	})
+	return addr, svc
 }
 
 func TestForward_IdempotentWriteLostAfterApplyIsSentAgain(t *testing.T) {

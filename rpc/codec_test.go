@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -35,26 +36,13 @@ func (e *echo) Missing(args *EchoArgs, reply *string) error {
 // request limit, one codec per raw connection (after the protocol byte).
 func mustServe(t *testing.T, limit int64) (string, *echo) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	e := &echo{}
 	rs := netrpc.NewServer()
 	if err := rs.RegisterName("Echo", e); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go rs.ServeCodec(NewServerCodec(c, limit))
-		}
-	}()
-	return l.Addr().String(), e
+	addr := testutil.ServeLoopback(t, func(c net.Conn) { rs.ServeCodec(NewServerCodec(c, limit)) })
+	return addr, e
 }
 
 func dialClient(t *testing.T, addr string) *netrpc.Client {

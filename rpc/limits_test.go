@@ -19,24 +19,9 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/yamux"
 
+	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/structs"
 )
-
-// eventually polls cond until it returns nil or d has passed.
-func eventually(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("within %v: %v", d, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // blocker holds each Wait call until released.
 type blocker struct {
@@ -68,12 +53,7 @@ type limitedServer struct {
 
 func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *limitedServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	ls := &limitedServer{addr: l.Addr().String(), echo: &echo{}, block: &blocker{release: make(chan struct{})}}
+	ls := &limitedServer{echo: &echo{}, block: &blocker{release: make(chan struct{})}}
 	t.Cleanup(ls.block.releaseAll)
 	rs := netrpc.NewServer()
 	if err := rs.RegisterName("Echo", ls.echo); err != nil {
@@ -87,37 +67,28 @@ func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *li
 		lim.Refused = func(*structs.CodedError) { ls.refused.Add(1) }
 		return lim
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
+	ls.addr = testutil.ServeLoopback(t, func(c net.Conn) {
+		p, ok := testutil.ReadProtocolByte(c)
+		if !ok {
+			return
+		}
+		lim := withCount()
+		switch Protocol(p) {
+		case ProtoRPC:
+			rs.ServeCodec(NewLimitedServerCodec(c, lim))
+		case ProtoMux:
+			sess, err := newTestYamuxServer(c)
 			if err != nil {
 				return
 			}
-			go func() {
-				var b [1]byte
-				if _, err := io.ReadFull(c, b[:]); err != nil {
-					c.Close()
-					return
-				}
-				lim := withCount()
-				switch Protocol(b[0]) {
-				case ProtoRPC:
-					rs.ServeCodec(NewLimitedServerCodec(c, lim))
-				case ProtoMux:
-					sess, err := newTestYamuxServer(c)
-					if err != nil {
-						return
-					}
-					defer sess.Close()
-					ServeStreams(sess, maxStreams, func(s net.Conn) {
-						rs.ServeCodec(NewLimitedServerCodec(s, lim))
-					}, func(string) { ls.refusals.Add(1) })
-				default:
-					c.Close()
-				}
-			}()
+			defer sess.Close()
+			ServeStreams(sess, maxStreams, func(s net.Conn) {
+				rs.ServeCodec(NewLimitedServerCodec(s, lim))
+			}, func(string) { ls.refusals.Add(1) })
+		default:
+			c.Close()
 		}
-	}()
+	})
 	return ls
 }
 
@@ -201,7 +172,7 @@ func TestBudget_ChargedAsReadAndReleasedOnCompletion(t *testing.T) {
 	mustWrite(t, s, echoStart(t, "Echo.Echo", payload))
 	mustWrite(t, s, make([]byte, 100<<10))
 	// 100 KiB and the header fit in a 128 KiB buffer.
-	eventually(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
 	if got := server.Used(); got != 128<<10-freeRequestBytes {
 		t.Fatalf("server budget exp: %d got: %d", 128<<10-freeRequestBytes, got)
 	}
@@ -210,8 +181,8 @@ func TestBudget_ChargedAsReadAndReleasedOnCompletion(t *testing.T) {
 	if err != nil || resp.Error != "" || len(body) != payload {
 		t.Fatalf("call exp: echoed %d bytes got: %d %q %v", payload, len(body), resp.Error, err)
 	}
-	eventually(t, 5*time.Second, usedIs(session, 0))
-	eventually(t, 5*time.Second, usedIs(server, 0))
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 0))
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
 }
 
 // A request that fails (the peer leaves halfway) gives its charge back.
@@ -228,10 +199,10 @@ func TestBudget_ReleasedWhenTheRequestFails(t *testing.T) {
 	}
 	mustWrite(t, s, echoStart(t, "Echo.Echo", 300<<10))
 	mustWrite(t, s, make([]byte, 100<<10))
-	eventually(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
 	sess.Close()
-	eventually(t, 5*time.Second, usedIs(session, 0))
-	eventually(t, 5*time.Second, usedIs(server, 0))
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 0))
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
 	if n := ls.echo.calls.Load(); n != 0 {
 		t.Fatalf("handler calls exp: 0 got: %d", n)
 	}
@@ -256,7 +227,7 @@ func TestBudget_RefusedPastTheCap(t *testing.T) {
 	}
 	mustWrite(t, held, echoStart(t, "Echo.Echo", 50<<10))
 	mustWrite(t, held, make([]byte, 40<<10))
-	eventually(t, 5*time.Second, usedIs(server, 64<<10-freeRequestBytes))
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 64<<10-freeRequestBytes))
 
 	refusal := func(sess *yamux.Session, limit string) {
 		t.Helper()
@@ -302,7 +273,7 @@ func TestBudget_RefusedPastTheCap(t *testing.T) {
 	if resp, body, err := readReply(held); err != nil || resp.Error != "" || len(body) != 50<<10 {
 		t.Fatalf("held call exp: echoed got: %d %q %v", len(body), resp.Error, err)
 	}
-	eventually(t, 5*time.Second, usedIs(server, 0))
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
 }
 
 // A request that declares a large value and sends little of it costs what
@@ -324,7 +295,7 @@ func TestBudget_DeclaredLengthCostsOnlyWhatArrives(t *testing.T) {
 		mustWrite(t, s, append(echoStart(t, "Echo.Echo", MaxRequestBytes-1024), "ten bytes!"...))
 	}
 	// Every request has started (it holds a deadline) and is waiting.
-	eventually(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if n := sess.NumStreams(); n != streams {
 			return fmt.Errorf("streams exp: %d got: %d", streams, n)
 		}
@@ -356,7 +327,7 @@ func TestServeStreams_CapClosesNewStreamsAtOnce(t *testing.T) {
 		mustWrite(t, s, append(req, mustEncode(t, &EchoArgs{Payload: "held"})...))
 		held = append(held, s)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if n := ls.block.arrived.Load(); n != max {
 			return fmt.Errorf("calls held exp: %d got: %d", max, n)
 		}
@@ -385,7 +356,7 @@ func TestServeStreams_CapClosesNewStreamsAtOnce(t *testing.T) {
 	}
 	held[0].Close()
 	mc := WrapSession(sess)
-	eventually(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var out string
@@ -407,7 +378,7 @@ func TestServeStreams_SessionClosedWhenRefusedStreamsPileUp(t *testing.T) {
 		req := mustEncode(t, &netrpc.Request{ServiceMethod: "Block.Wait", Seq: uint64(i)})
 		mustWrite(t, s, append(req, mustEncode(t, &EchoArgs{Payload: "held"})...))
 	}
-	eventually(t, 5*time.Second, func() error {
+	testutil.WaitFor(t, 5*time.Second, func() error {
 		if n := ls.block.arrived.Load(); n != max {
 			return fmt.Errorf("calls held exp: %d got: %d", max, n)
 		}
@@ -470,7 +441,7 @@ func TestRequestReadTimeout(t *testing.T) {
 		began := time.Now()
 		mustWrite(t, s, append(echoStart(t, "Echo.Echo", 64<<10), make([]byte, 32<<10)...))
 		expTimeout(t, s, began)
-		eventually(t, 5*time.Second, usedIs(budget, 0))
+		testutil.WaitFor(t, 5*time.Second, usedIs(budget, 0))
 	})
 
 	t.Run("plain", func(t *testing.T) {
