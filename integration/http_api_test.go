@@ -143,6 +143,9 @@ func (e *httpEnv) try(h *httpapi.Server, method, path, token, body string) (http
 	if token != "" {
 		req.Header.Set(httpapi.TokenHeader, token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := e.hc.Do(req)
 	if err != nil {
 		return httpResp{}, fmt.Errorf("%s %s: %w", method, path, err)
