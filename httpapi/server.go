@@ -180,15 +180,17 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("http: listen on %s: %w", s.cfg.Addr, err)
 	}
+	// At most maxConns connections at once (each may hold a request head
+	// and a body being read); more wait in the kernel's backlog. Under
+	// the TLS listener, so that net/http still sees a *tls.Conn (and
+	// requests their TLS state).
+	l = netutil.LimitListener(l, maxConns)
 	if s.cfg.TLS != nil {
 		// The same handshake as the RPC port: TLS 1.3, a client
 		// certificate from the cluster's CA required, files reloaded on
 		// SIGHUP. No ALPN: HTTP/1.1.
 		l = tls.NewListener(l, s.cfg.TLS.IncomingConfig())
 	}
-	// At most maxConns connections at once (each may hold a request head
-	// and a body being read); more wait in the kernel's backlog.
-	l = netutil.LimitListener(l, maxConns)
 	hs := &http.Server{
 		Handler: s,
 		// The head of a request must arrive within ReadHeaderTimeout; its
