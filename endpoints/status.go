@@ -113,6 +113,7 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	sec := s.srv.Security
 	*reply = structs.RuntimeStats{PID: os.Getpid(), Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
 		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load(),
-		OpeningRefused: sec.OpeningRefused.Load(), QueriesWaiting: sec.QueriesWaiting.Load()}
+		OpeningRefused: sec.OpeningRefused.Load(), RequestsRefused: sec.RequestsRefused.Load(), StreamsRefused: sec.StreamsRefused.Load(),
+		QueriesWaiting: sec.QueriesWaiting.Load()}
 	return nil
 }

@@ -151,6 +151,11 @@ type SecurityCounters struct {
 	// OpeningRefused: connections closed at once because too many were
 	// still opening (in all, or from one address).
 	OpeningRefused atomic.Uint64
+	// RequestsRefused: RPC requests refused while being read (a budget
+	// for unfinished requests, or the read deadline); StreamsRefused:
+	// yamux streams closed at once past a session's stream limit.
+	RequestsRefused atomic.Uint64
+	StreamsRefused  atomic.Uint64
 	// QueriesWaiting: blocking queries waiting for a change now (each
 	// holds a goroutine until it answers or its wait runs out).
 	QueriesWaiting atomic.Int64

@@ -283,6 +283,10 @@ func (fc *floodCluster) flood(t *testing.T, sessions, streams int) {
 	if _, err := leaderCl.RegisterVolumes(ctx, testVolume("warm")); err != nil {
 		t.Fatal(err)
 	}
+	rtBefore, err := leaderCl.Runtime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := followerCl.Volume(ctx, "warm", structs.QueryOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -414,6 +418,12 @@ func (fc *floodCluster) flood(t *testing.T, sessions, streams int) {
 	}
 	if refused == 0 {
 		t.Errorf("streams refused by the budget exp: most of %d got: 0 (%d MB sent)", sessions*streams, sent>>20)
+	}
+	// The leader counts what it refused (Status.Runtime), as operators see it.
+	if rt, err := leaderCl.Runtime(harness.Ctx(t, 10*time.Second)); err != nil {
+		t.Errorf("runtime after the flood: %v", err)
+	} else if got := (rt.RequestsRefused + rt.StreamsRefused) - (rtBefore.RequestsRefused + rtBefore.StreamsRefused); got == 0 {
+		t.Errorf("Status.Runtime RequestsRefused+StreamsRefused exp: > 0 after %d refusals got: +0", refused)
 	}
 	for key, n := range answers {
 		if !strings.HasPrefix(key, "unavailable naming ") {

@@ -1,11 +1,8 @@
 package server
 
 import (
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	metrics "github.com/hashicorp/go-metrics/compat"
 
@@ -15,38 +12,23 @@ import (
 
 // rpcLimits is a server's share of the RPC port's limits (rpc/limits.go):
 // the budget every session and plain connection charges its unfinished
-// requests to, and the refusal counters.
+// requests to. Refusals are counted in the server's security counters
+// (Status.Runtime: RequestsRefused, StreamsRefused).
 type rpcLimits struct {
 	budget *rpc.Budget
 	// lastLog rate-limits refusal lines: a flood must not flood the log.
-	lastLog         atomic.Int64
-	requestsRefused atomic.Uint64
-	streamsRefused  atomic.Uint64
+	lastLog atomic.Int64
 }
 
-// serverRPCLimits holds each Server's rpcLimits, keyed weakly so a stopped
-// server is not kept alive by it (tests start many servers in a process).
-// A field of Server would do the same; this keeps listener-side state out
-// of the Server struct's file.
-var serverRPCLimits sync.Map // weak.Pointer[Server] -> *rpcLimits
-
-func (s *Server) rpcLimits() *rpcLimits {
-	key := weak.Make(s)
-	if l, ok := serverRPCLimits.Load(key); ok {
-		return l.(*rpcLimits)
-	}
-	l, loaded := serverRPCLimits.LoadOrStore(key, &rpcLimits{budget: rpc.NewBudget("server", rpc.ServerBudgetBytes, nil)})
-	if !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Server]) { serverRPCLimits.Delete(k) }, key)
-	}
-	return l.(*rpcLimits)
+func newRPCLimits() *rpcLimits {
+	return &rpcLimits{budget: rpc.NewBudget("server", rpc.ServerBudgetBytes, nil)}
 }
 
 // requestLimits are the limits of one session (session: its own budget,
 // charged to the server's too) or one plain connection (session nil: the
 // server's budget only; such a connection reads one request at a time).
 func (s *Server) requestLimits(session *rpc.Budget, remote string) rpc.RequestLimits {
-	l := s.rpcLimits()
+	l := s.limits
 	budget := session
 	if budget == nil {
 		budget = l.budget
@@ -56,7 +38,7 @@ func (s *Server) requestLimits(session *rpc.Budget, remote string) rpc.RequestLi
 		ReadTimeout: rpc.RequestReadTimeout,
 		Budget:      budget,
 		Refused: func(err *structs.CodedError) {
-			l.requestsRefused.Add(1)
+			s.security.RequestsRefused.Add(1)
 			metrics.IncrCounterWithLabels([]string{"rpc", "request_refused"}, 1,
 				[]metrics.Label{{Name: "code", Value: string(err.Code)}})
 			s.logRPCRefusal(l, "request refused", remote, err.Error())
@@ -66,16 +48,15 @@ func (s *Server) requestLimits(session *rpc.Budget, remote string) rpc.RequestLi
 
 // sessionBudget is a new session's budget, charged to the server's.
 func (s *Server) sessionBudget() *rpc.Budget {
-	return rpc.NewBudget("session", rpc.SessionBudgetBytes, s.rpcLimits().budget)
+	return rpc.NewBudget("session", rpc.SessionBudgetBytes, s.limits.budget)
 }
 
 // streamRefused counts and logs a stream closed at once (or a session
 // closed) by the per-session stream limit.
 func (s *Server) streamRefused(remote, why string) {
-	l := s.rpcLimits()
-	l.streamsRefused.Add(1)
+	s.security.StreamsRefused.Add(1)
 	metrics.IncrCounter([]string{"rpc", "stream_refused"}, 1)
-	s.logRPCRefusal(l, "stream refused", remote, why)
+	s.logRPCRefusal(s.limits, "stream refused", remote, why)
 }
 
 // logRPCRefusal writes one warn line a second at most, with the peer.
@@ -86,5 +67,5 @@ func (s *Server) logRPCRefusal(l *rpcLimits, what, remote, why string) {
 		return
 	}
 	s.logger.Warn(what+": "+why+" (further refusals within a second are counted, not logged)",
-		"remote", remote, "requests_refused_total", l.requestsRefused.Load(), "streams_refused_total", l.streamsRefused.Load())
+		"remote", remote, "requests_refused_total", s.security.RequestsRefused.Load(), "streams_refused_total", s.security.StreamsRefused.Load())
 }

@@ -45,6 +45,8 @@ type Server struct {
 	watcher  *watcher.Watcher
 	beats    *watcher.Heartbeats
 	attach   *attachment.Manager
+	// limits is this server's share of the RPC port's limits.
+	limits *rpcLimits
 	// deps is what the endpoints see of this server, collected once.
 	deps *endpoints.Deps
 	// autopilot checks Raft health and removes dead servers while leading.
@@ -129,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 		openSlots:     make(chan struct{}, maxOpening),
 		openingByIP:   map[string]int{},
 		tokens:        endpoints.NewTokenResolver(),
+		limits:        newRPCLimits(),
 		shutdownCh:    make(chan struct{}),
 	}
 	// Every outgoing connection (Raft, forwarding, node calls, joins) is

@@ -90,6 +90,11 @@ type RuntimeStats struct {
 	TLSHandshakeFails uint64
 	PlaintextRefused  uint64
 	OpeningRefused    uint64
+	// RequestsRefused and StreamsRefused: RPC requests refused while being
+	// read (a budget, the read deadline) and streams closed past a
+	// session's stream limit.
+	RequestsRefused uint64
+	StreamsRefused  uint64
 	// QueriesWaiting is how many blocking queries wait for a change on
 	// this server now.
 	QueriesWaiting int64
