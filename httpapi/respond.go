@@ -159,8 +159,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeJSON(data, v)
 }
 
-// readBody reads a body of at most maxBodyBytes, without leading or
-// trailing space.
+// readBody reads a body of at most maxBodyBytes (and the route's limit,
+// which guard set), without leading or trailing space.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	// Read into a buffer of the announced size (bounded): growing by
 	// doubling would hold up to twice the body while it is read.
@@ -173,7 +173,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("body: larger than %d bytes", maxBodyBytes))
+			// The route's limit (guard.go) or maxBodyBytes, whichever cut it.
+			return nil, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("body: larger than %d bytes (this route's limit)", mbe.Limit))
 		}
 		return nil, structs.Invalid("body", err.Error())
 	}

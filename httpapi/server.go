@@ -88,6 +88,11 @@ type Server struct {
 	// largeBodies holds a slot per request body over smallBody being
 	// read (guard.go).
 	largeBodies chan struct{}
+	// bodyTimeout is bodyReadTimeout (tests shorten it).
+	bodyTimeout time.Duration
+	// crossOrigin refuses state-changing requests a browser marks as
+	// coming from another origin (guard.go).
+	crossOrigin *http.CrossOriginProtection
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -122,7 +127,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, logger: cfg.Logger, api: cl, mux: http.NewServeMux(), base: base, cancel: cancel,
-		largeBodies: make(chan struct{}, maxLargeBodies)}
+		largeBodies: make(chan struct{}, maxLargeBodies), bodyTimeout: bodyReadTimeout,
+		crossOrigin: http.NewCrossOriginProtection()}
 	s.routes()
 	return s, nil
 }
@@ -133,8 +139,11 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 
 // ServeHTTP serves one request: the route's handler, or a JSON 404 or 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every body, even one sent to no route, has a deadline before
+	// anything reads it (guard.go).
+	s.limitBodyRead(w, r)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
-		release, ok := s.guard(w, r)
+		release, ok := s.guard(w, r, pattern)
 		defer release()
 		if ok {
 			s.mux.ServeHTTP(w, r)
@@ -194,12 +203,14 @@ func (s *Server) Start() error {
 	hs := &http.Server{
 		Handler: s,
 		// The head of a request must arrive within ReadHeaderTimeout; its
-		// body is bounded by guard (bodyReadTimeout), not by ReadTimeout,
-		// which would also end the blocking queries that hold a GET.
+		// body within a deadline guard sets per route (limitBodyRead):
+		// one ReadTimeout for all would either cut a snapshot archive's
+		// upload or let a JSON body trickle for ten minutes. There is no
+		// WriteTimeout: a blocking query's answer may come 10 minutes
+		// after its request, and a snapshot download may take longer.
 		MaxHeaderBytes: 64 << 10,
-		// Bounds the TLS handshake and the request head; not the
-		// response, which a blocking query holds for up to its wait.
-		ReadHeaderTimeout: 10 * time.Second,
+		// Bounds the TLS handshake and the request head.
+		ReadHeaderTimeout: headerReadTimeout,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		// Failed handshakes (a health checker without a certificate)

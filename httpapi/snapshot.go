@@ -11,8 +11,9 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// maxInspectBytes bounds an archive uploaded only to be inspected; a
-// restore streams through to the servers and has no bound here.
+// maxInspectBytes bounds an archive uploaded only to be inspected (a
+// restore's is maxRestoreBytes). Both are streamed, never held whole:
+// guard reads either only for a valid token, a few at once.
 const maxInspectBytes = 1 << 30
 
 // snapshotSave serves GET /v1/operator/snapshot[?stale]: the archive of

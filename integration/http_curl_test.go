@@ -126,6 +126,34 @@ func TestHTTPAPI_CurlAgainstDevAgent(t *testing.T) {
 		t.Fatalf("read exp: X-Claimd-Index >= %d got: %s", vol.ModifyIndex, r)
 	}
 
+	// What a page on another site can make a browser send is refused and
+	// changes nothing, even with a token that could (a browser sends no
+	// token cross-site; an agent whose anonymous policy writes, or without
+	// ACLs, would take the request on its own): a form (curl's --data
+	// without a type), text/plain, and JSON naming another origin.
+	evil := filepath.Join(t.TempDir(), "evil.json")
+	writeSpec(t, evil, `{"id": "pgdata", "name": "changed by another site", "external_id": "pgdata", "plugin_id": "hostdir",
+  "access_mode": "single-node-writer", "attachment_mode": "file-system"}`)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		names  string
+	}{
+		{"a form", []string{"--data-binary", "@" + evil}, 415, "Content-Type"},
+		{"text/plain", []string{"-H", "Content-Type: text/plain", "--data-binary", "@" + evil}, 415, "Content-Type"},
+		{"another site's origin", []string{"-H", jsonType, "-H", "Origin: https://evil.example", "--data-binary", "@" + evil}, 403, "Origin"},
+	} {
+		args := append([]string{"-H", token, "-X", "PUT"}, c.args...)
+		r := runCurl(t, env, append(args, url+"/v1/volume/pgdata")...)
+		if r.status != c.status || !bytes.Contains(r.body, []byte(c.names)) {
+			t.Fatalf("%s exp: %d naming %s got: %s", c.name, c.status, c.names, r)
+		}
+	}
+	if r := runCurl(t, env, "-H", token, url+"/v1/volume/pgdata"); r.status != 200 || !bytes.Contains(r.body, []byte(`"postgres data"`)) {
+		t.Fatalf("volume after refused cross-site writes exp: unchanged got: %s", r)
+	}
+
 	// A blocking query in the background, answered when pgdata changes.
 	dir := t.TempDir()
 	watch := curlCmd(env, dir, "-H", token, fmt.Sprintf("%s/v1/volume/pgdata?index=%d&wait=60s", url, idx))
@@ -328,8 +356,11 @@ func devEnv(t *testing.T, dev *harness.Process) map[string]string {
 		}
 		return fmt.Errorf("dev agent exp: a source line got: %q", dev.Output())
 	})
-	if tok := env["CLAIMD_TOKEN"]; tok == "" || strings.Contains(dev.Output(), tok) {
-		t.Fatalf("dev agent output exp: no management token (dev.env holds it) got: token %q in %q", tok, dev.Output())
+	// The messages never show the token itself, even when the test fails.
+	if tok := env["CLAIMD_TOKEN"]; tok == "" {
+		t.Fatalf("dev.env exp: CLAIMD_TOKEN got: none")
+	} else if strings.Contains(dev.Output(), tok) {
+		t.Fatalf("dev agent output exp: no management token (dev.env holds it) got: the token of dev.env in the output")
 	}
 	return env
 }

@@ -63,7 +63,8 @@ func (d *devPKI) agentTLS() tlsutil.Config {
 
 // bootstrap makes the management token once the dev server leads, writes
 // the CLI's environment to dev.env (mode 0600: it holds the token) and
-// returns the export line.
+// returns dev.env's path. dev.env is the one place the token is written:
+// nothing that holds it leaves this function, so no caller can print it.
 func (d *devPKI) bootstrap(addr string, timeout time.Duration) (string, error) {
 	tlsCfg, err := tlsutil.ClientConfigFromFiles(d.caFile, d.cliCert, d.cliKey, d.region)
 	if err != nil {
@@ -83,8 +84,7 @@ func (d *devPKI) bootstrap(addr string, timeout time.Duration) (string, error) {
 				"CLAIMD_ADDR=" + addr, "CLAIMD_CACERT=" + d.caFile, "CLAIMD_CLIENT_CERT=" + d.cliCert,
 				"CLAIMD_CLIENT_KEY=" + d.cliKey, "CLAIMD_TOKEN=" + tok.SecretID,
 			}, " ")
-			line := "export " + exports
-			return line, os.WriteFile(d.envFile, []byte(line+"\n"), 0o600)
+			return d.envFile, os.WriteFile(d.envFile, []byte("export "+exports+"\n"), 0o600)
 		}
 		select {
 		case <-ctx.Done():
