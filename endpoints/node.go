@@ -52,7 +52,6 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	// What the entry server saw of the agent's certificate; kept on the
 	// request for the log as before (decided in allowRegister).
 	args.ClientCertified = clientCertified(c.id)
-	args.Origin = structs.CallOrigin{}
 	n.bindSession(args.Node.ID, forwarded)
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
@@ -101,8 +100,7 @@ func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error
 		c.deferred = true
 		return nil
 	}
-	if c.lazy == false && c.acl == nil {
-		// ACLs off.
+	if !n.srv.ACLEnabled() {
 		return nil
 	}
 	if clientCertified(c.id) || c.granted() {
@@ -149,7 +147,6 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	}
 	index := node.ModifyIndex
 	if node.Status != args.Status {
-		args.Origin = structs.CallOrigin{}
 		if _, index, err = n.srv.Apply(structs.NodeUpdateStatusRequestType, args); err != nil {
 			return err
 		}

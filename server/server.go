@@ -370,6 +370,11 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	if a, ok := msg.(structs.Authenticated); ok {
 		a.SetToken("")
 	}
+	// Nor where the call entered (its CallOrigin): that decided who may
+	// make the call, not what the state machine does with it.
+	if o, ok := msg.(interface{ CallOrigin() *structs.CallOrigin }); ok {
+		*o.CallOrigin() = structs.CallOrigin{}
+	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
 		return nil, 0, structs.Invalid("request", err.Error())
