@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -23,58 +22,10 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// rpcMethod is one method the servers register, found by reflection over
-// the endpoints' receivers, with its access rule.
-type rpcMethod struct {
-	name        string
-	rule        endpoints.AccessRule
-	args, reply reflect.Type // what the method's two pointers point to
-}
+// rpcMethod is one registered method with its access rule.
+type rpcMethod = harness.RPCMethod
 
-// registeredMethods lists every method endpoints.Register hands net/rpc
-// (net/rpc's own rule: exported, func(args, *reply) error), sorted by name.
-// A method without an access rule fails the test, and so does a rule that
-// names no method (a misspelt entry leaves the real method without one).
-func registeredMethods(t *testing.T) []rpcMethod {
-	t.Helper()
-	rules := endpoints.AccessRules()
-	errorType := reflect.TypeFor[error]()
-	registered := map[string]bool{}
-	var out []rpcMethod
-	// The receivers are only reflected on: a nil Server is never called.
-	for svc, rcvr := range endpoints.Receivers(nil, endpoints.ConnInfo{}) {
-		typ := reflect.TypeOf(rcvr)
-		for i := range typ.NumMethod() {
-			m := typ.Method(i)
-			ft := m.Type // the receiver is In(0)
-			if ft.NumIn() != 3 || ft.NumOut() != 1 || ft.Out(0) != errorType || ft.In(2).Kind() != reflect.Pointer {
-				continue // net/rpc does not register it
-			}
-			name := svc + "." + m.Name
-			registered[name] = true
-			if ft.In(1).Kind() != reflect.Pointer {
-				t.Errorf("%s: args exp: a pointer (every request carries a token) got: %s", name, ft.In(1))
-				continue
-			}
-			rule, ok := rules[name]
-			if !ok {
-				t.Errorf("%s: access rule exp: an entry in endpoints' methodAccess got: none", name)
-				continue
-			}
-			out = append(out, rpcMethod{name: name, rule: rule, args: ft.In(1).Elem(), reply: ft.In(2).Elem()})
-		}
-	}
-	for name := range rules {
-		if !registered[name] {
-			t.Errorf("access rule %q exp: a registered method got: none (stale or misspelt entry)", name)
-		}
-	}
-	if len(out) < 40 {
-		t.Fatalf("registered methods exp: >= 40 got: %d (the reflection found too few)", len(out))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
+func registeredMethods(t *testing.T) []rpcMethod { return harness.RegisteredMethods(t) }
 
 // grant is one capability on one resource.
 type grant struct {
@@ -111,7 +62,7 @@ type principal struct {
 // certificate, which is never a server certificate.
 func (p principal) allowed(t *testing.T, m rpcMethod) bool {
 	t.Helper()
-	switch m.rule.Kind {
+	switch m.Rule.Kind {
 	case "open", "bootstrap":
 		return true
 	case "server", "server-cert":
@@ -121,9 +72,9 @@ func (p principal) allowed(t *testing.T, m rpcMethod) bool {
 	case "any-token":
 		return p.valid
 	case "capability":
-		return p.management || p.grants[grant{m.rule.Resource, m.rule.Capability}]
+		return p.management || p.grants[grant{m.Rule.Resource, m.Rule.Capability}]
 	}
-	t.Fatalf("%s: access kind %q exp: one this matrix knows got: a new kind (teach the matrix what it allows)", m.name, m.rule.Kind)
+	t.Fatalf("%s: access kind %q exp: one this matrix knows got: a new kind (teach the matrix what it allows)", m.Name, m.Rule.Kind)
 	return false
 }
 
@@ -141,15 +92,15 @@ func describeRule(r endpoints.AccessRule) string {
 // callZero calls m with zero-valued arguments that carry token.
 func callZero(t *testing.T, cl *api.Client, m rpcMethod, token string) error {
 	t.Helper()
-	args := reflect.New(m.args).Interface()
+	args := reflect.New(m.Args).Interface()
 	auth, ok := args.(structs.Authenticated)
 	if !ok {
-		t.Fatalf("%s: args %s exp: structs.Authenticated got: no Token/SetToken", m.name, m.args)
+		t.Fatalf("%s: args %s exp: structs.Authenticated got: no Token/SetToken", m.Name, m.Args)
 	}
 	auth.SetToken(token)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return cl.Call(ctx, m.name, args, reflect.New(m.reply).Interface())
+	return cl.Call(ctx, m.Name, args, reflect.New(m.Reply).Interface())
 }
 
 // checkAs calls every method as p through cl and checks each answer against
@@ -162,22 +113,22 @@ func checkAs(t *testing.T, cl *api.Client, methods []rpcMethod, p principal) (re
 	for _, m := range methods {
 		err := callZero(t, cl, m, p.token)
 		if p.token != "" && err != nil && strings.Contains(err.Error(), p.token) {
-			t.Errorf("%s as %s: error text exp: without the token's secret got: it holds it", m.name, p.name)
+			t.Errorf("%s as %s: error text exp: without the token's secret got: it holds it", m.Name, p.name)
 		}
 		denied := errors.Is(err, structs.ErrPermissionDenied)
 		if !p.allowed(t, m) {
 			refused++
 			if !denied {
-				t.Errorf("%s (%s) as %s: exp: permission_denied got: %v", m.name, describeRule(m.rule), p.name, err)
+				t.Errorf("%s (%s) as %s: exp: permission_denied got: %v", m.Name, describeRule(m.Rule), p.name, err)
 			}
 			continue
 		}
 		var coded *structs.CodedError
 		switch {
 		case denied:
-			t.Errorf("%s (%s) as %s: exp: allowed (any answer but permission_denied) got: %v", m.name, describeRule(m.rule), p.name, err)
+			t.Errorf("%s (%s) as %s: exp: allowed (any answer but permission_denied) got: %v", m.Name, describeRule(m.Rule), p.name, err)
 		case err != nil && (errors.Is(err, rpc.ErrTransport) || !errors.As(err, &coded)):
-			t.Errorf("%s as %s: exp: the endpoint's answer got: %v", m.name, p.name, err)
+			t.Errorf("%s as %s: exp: the endpoint's answer got: %v", m.Name, p.name, err)
 		}
 	}
 	return refused
@@ -492,7 +443,7 @@ func checkThroughFollower(t *testing.T, all []rpcMethod) {
 	tokens := capTokens(t, mgmt)
 	var methods []rpcMethod
 	for _, m := range all {
-		switch m.name {
+		switch m.Name {
 		case "Volume.Register", "Volume.Detach", "Node.Deregister", "Operator.RaftRemovePeer":
 			methods = append(methods, m)
 		}

@@ -8,13 +8,11 @@ import (
 	"net"
 	netrpc "net/rpc"
 	"reflect"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/claimd/claimd/api"
-	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
@@ -125,65 +123,22 @@ func (r *recorder) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, re
 }
 
 // method is one registered RPC method with its access rule.
-type method struct {
-	name        string
-	rule        endpoints.AccessRule
-	args, reply reflect.Type
-}
+type method = harness.RPCMethod
 
-// registeredMethods lists every method net/rpc registers on the servers'
-// receivers (exported, func(*args, *reply) error), each with its access
-// rule. A method without a rule, or a rule without a method, fails.
-func registeredMethods(t *testing.T) []method {
-	t.Helper()
-	rules := endpoints.AccessRules()
-	errorType := reflect.TypeFor[error]()
-	seen := map[string]bool{}
-	var out []method
-	for svc, rcvr := range endpoints.Receivers(nil, endpoints.ConnInfo{}) {
-		typ := reflect.TypeOf(rcvr)
-		for i := range typ.NumMethod() {
-			m := typ.Method(i)
-			ft := m.Type
-			if ft.NumIn() != 3 || ft.NumOut() != 1 || ft.Out(0) != errorType || ft.In(2).Kind() != reflect.Pointer {
-				continue
-			}
-			name := svc + "." + m.Name
-			seen[name] = true
-			rule, ok := rules[name]
-			if !ok {
-				t.Errorf("%s: access rule exp: an entry in endpoints' methodAccess got: none", name)
-				continue
-			}
-			if ft.In(1).Kind() != reflect.Pointer {
-				t.Errorf("%s: args exp: a pointer got: %s", name, ft.In(1))
-				continue
-			}
-			out = append(out, method{name: name, rule: rule, args: ft.In(1).Elem(), reply: ft.In(2).Elem()})
-		}
-	}
-	for name := range rules {
-		if !seen[name] {
-			t.Errorf("access rule %q exp: a registered method got: none", name)
-		}
-	}
-	if len(out) < 40 {
-		t.Fatalf("registered methods exp: >= 40 got: %d", len(out))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
+// registeredMethods lists every method the servers register, each with
+// its rule; a method without a rule fails the test.
+func registeredMethods(t *testing.T) []method { return harness.RegisteredMethods(t) }
 
 // callZero calls m with zero-valued arguments carrying token.
 func (a *attacker) callZero(t *testing.T, m method, token string) error {
 	t.Helper()
-	args := reflect.New(m.args).Interface()
+	args := reflect.New(m.Args).Interface()
 	auth, ok := args.(structs.Authenticated)
 	if !ok {
-		t.Fatalf("%s: args %s exp: structs.Authenticated got: no Token/SetToken", m.name, m.args)
+		t.Fatalf("%s: args %s exp: structs.Authenticated got: no Token/SetToken", m.Name, m.Args)
 	}
 	auth.SetToken(token)
-	return a.call(m.name, args, reflect.New(m.reply).Interface())
+	return a.call(m.Name, args, reflect.New(m.Reply).Interface())
 }
 
 // deniedCounts reads every running server's ACLDenied counter.

@@ -36,7 +36,7 @@ type credential struct {
 // holder of a certificate of role with cred.
 func allowed(t *testing.T, m method, role tlsutil.Role, cred credential) bool {
 	t.Helper()
-	switch m.rule.Kind {
+	switch m.Rule.Kind {
 	case "open", "bootstrap":
 		return true
 	case "server", "server-cert":
@@ -49,18 +49,18 @@ func allowed(t *testing.T, m method, role tlsutil.Role, cred credential) bool {
 		if cred.management {
 			return true
 		}
-		if cred.readOnly && m.rule.Capability == acl.Read {
+		if cred.readOnly && m.Rule.Capability == acl.Read {
 			return true
 		}
-		if m.name == "Node.Register" && (role == tlsutil.RoleClient || role == tlsutil.RoleServer) {
+		if m.Name == "Node.Register" && (role == tlsutil.RoleClient || role == tlsutil.RoleServer) {
 			// A new node may register with a client certificate (an agent
 			// run with -server and -client has only a server one).
 			return true
 		}
 		// A write policy grants read too.
-		return cred.nodeWrite && m.rule.Resource == acl.Node && (m.rule.Capability == acl.Write || m.rule.Capability == acl.Read)
+		return cred.nodeWrite && m.Rule.Resource == acl.Node && (m.Rule.Capability == acl.Write || m.Rule.Capability == acl.Read)
 	}
-	t.Fatalf("%s: access kind %q exp: one this matrix knows got: a new kind (teach the matrix)", m.name, m.rule.Kind)
+	t.Fatalf("%s: access kind %q exp: one this matrix knows got: a new kind (teach the matrix)", m.Name, m.Rule.Kind)
 	return false
 }
 
@@ -137,12 +137,12 @@ operator { policy = "read" }`); err != nil {
 				refused := 0
 				for _, m := range methods {
 					want := allowed(t, m, role, cred)
-					if want && sideEffects[m.name] {
+					if want && sideEffects[m.Name] {
 						continue
 					}
 					calls++
 					err := a.callZero(t, m, cred.token)
-					who := m.name + " (" + m.rule.Kind + " " + string(m.rule.Resource) + ":" + string(m.rule.Capability) +
+					who := m.Name + " (" + m.Rule.Kind + " " + string(m.Rule.Resource) + ":" + string(m.Rule.Capability) +
 						") with a " + string(role) + " certificate and " + cred.name + " entering on the " + entryKind
 					if cred.token != "" && err != nil && strings.Contains(err.Error(), cred.token) {
 						t.Errorf("%s: error text exp: without the token got: it holds it", who)
