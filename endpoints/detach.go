@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -43,6 +44,21 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 			reply.Released = append(reply.Released, c.AllocID)
 			c = c.Copy()
 			c.State = structs.ClaimStateUnpublishing
+		}
+		if !args.Force && !c.OperatorReleased && structs.EffectiveNodeLost(c, vol) == structs.NodeLostManual {
+			// The operator's go-ahead a node_lost manual claim waits for:
+			// its release goes on with the node detach (when the node is
+			// there) as usual.
+			cp := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID,
+				State: c.State, ExpectedState: c.State, OperatorReleased: true}
+			_, index, err := v.srv.Apply(structs.ClaimCheckpointRequestType, cp)
+			if err != nil {
+				return structs.Wrap(err, fmt.Sprintf("release claim of alloc %q", c.AllocID))
+			}
+			reply.Index = index
+			if !slices.Contains(reply.Released, c.AllocID) {
+				reply.Released = append(reply.Released, c.AllocID)
+			}
 		}
 		if args.Force && c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
 			v.srv.Logger.Warn("operator forced a claim past its node detach: the node's mounts were not cleaned up",

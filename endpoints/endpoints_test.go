@@ -55,6 +55,7 @@ type fakeCluster struct {
 }
 
 func (c *fakeCluster) IsLeader() bool                       { return c.leader }
+func (c *fakeCluster) VerifyLeader() error                  { return nil }
 func (c *fakeCluster) LeaderContact() (bool, time.Duration) { return true, 0 }
 func (c *fakeCluster) ServerAddrs() []string                { return []string{"127.0.0.1:4647"} }
 func (c *fakeCluster) RaftMemberHost(string) bool           { return false }
@@ -99,6 +100,7 @@ func (s *fakeSessions) HasConn(string) structs.NodeConnResponse { return structs
 type fakeBeats struct{}
 
 func (fakeBeats) Reset(string)  {}
+func (fakeBeats) Received(string, time.Time) {}
 func (fakeBeats) Remove(string) {}
 
 type fakeReleases struct{}

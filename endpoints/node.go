@@ -3,6 +3,7 @@ package endpoints
 import (
 	"crypto/subtle"
 	"fmt"
+	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
 
@@ -46,6 +47,7 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		}
 		return err
 	}
+	received := time.Now()
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
@@ -58,7 +60,10 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	if args.Node.Status != structs.NodeStatusDown {
-		n.srv.Heartbeats.Reset(args.Node.ID)
+		n.srv.Heartbeats.Received(args.Node.ID, received)
+		// The entry committed in this leader's term after the heartbeat
+		// arrived: that is as good as a leadership check for the lease.
+		reply.Lease = args.Node.Lease
 	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
@@ -126,6 +131,9 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		}
 		return err
 	}
+	// The lease argument counts from when the leader received the
+	// heartbeat: take the time before anything else (decision 39).
+	received := time.Now()
 	if c.node == args.NodeID {
 		n.bindSession(args.NodeID, forwarded)
 	}
@@ -152,7 +160,17 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		}
 	}
 	if args.Status == structs.NodeStatusReady {
-		n.srv.Heartbeats.Reset(args.NodeID)
+		n.srv.Heartbeats.Received(args.NodeID, received)
+		// A lease is renewed only by a leader a quorum confirmed after
+		// the heartbeat arrived: a deposed leader that has not noticed
+		// yet must not keep a node writing while the new leader's
+		// clock runs (decision 39). An unconfirmed leader still
+		// answers; the agent keeps its lease as it was.
+		if node.Lease > 0 {
+			if err := n.srv.VerifyLeader(); err == nil {
+				reply.Lease = node.Lease
+			}
+		}
 	}
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()

@@ -54,6 +54,10 @@ type Reader interface {
 type Cluster interface {
 	// IsLeader reports whether this server leads now.
 	IsLeader() bool
+	// VerifyLeader returns nil once a quorum has confirmed, after the
+	// call began, that this server still leads: what a lease renewal
+	// needs (decision 39).
+	VerifyLeader() error
 	// LeaderContact says whether a leader is known and how long ago this
 	// server heard from it (0 on the leader).
 	LeaderContact() (known bool, lastContact time.Duration)
@@ -97,6 +101,9 @@ type NodeSessions interface {
 // (watcher.Heartbeats).
 type HeartbeatTimers interface {
 	Reset(nodeID string)
+	// Received restarts the node's timer and its lease clock from at,
+	// when the heartbeat was received.
+	Received(nodeID string, at time.Time)
 	Remove(nodeID string)
 }
 

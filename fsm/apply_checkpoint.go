@@ -85,6 +85,17 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 	case next < cur:
 		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
 			"%s is %s: a checkpoint to %s would move it backwards", name, c.State, req.State))
+	case next == cur && req.OperatorReleased && c.State != structs.ClaimStateTaken:
+		if c.OperatorReleased {
+			return c.Copy(), nil
+		}
+		v := cowVolume(old, tx.index)
+		nc := c.Copy()
+		nc.OperatorReleased = true
+		nc.ModifyIndex = tx.index
+		v.PastClaims[nc.AllocID] = nc
+		tx.put(TableVolumes, v)
+		return nc.Copy(), nil
 	case next == cur:
 		if req.State != structs.ClaimStateTaken ||
 			(len(req.PublishContext) == 0 || maps.Equal(c.PublishContext, req.PublishContext)) &&
@@ -108,11 +119,16 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 	}
 
 	detached := structs.ClaimStateNodeDetached.Rank()
+	if req.Fenced {
+		if err := checkFenced(tx, old, c, req, name); err != nil {
+			return nil, err
+		}
+	}
 	skipsNodeDetach := cur < detached && next > detached && !req.NodeDetached
 	// An operator forcing a claim to node-detached (the node is gone for
 	// good) did not unmount anything either: record it like a skip.
 	forcedIntoNodeDetached := cur < detached && next == detached && req.ForcedSkip
-	if skipsNodeDetach && !req.ForcedSkip {
+	if skipsNodeDetach && !req.ForcedSkip && !req.Fenced {
 		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
 			"%s is %s: it must be node-detached before %s, or forced", name, c.State, req.State))
 	}
@@ -135,7 +151,11 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 	}
 	moved = moved.WithStep(req.State, tx.index, tx.at)
 	moved.ForcedSkip = moved.ForcedSkip || req.ForcedSkip
-	moved.NodeDetachSkipped = moved.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached
+	moved.NodeDetachSkipped = moved.NodeDetachSkipped || skipsNodeDetach || forcedIntoNodeDetached || req.Fenced
+	moved.OperatorReleased = moved.OperatorReleased || req.OperatorReleased
+	if req.Fenced {
+		moved.Fenced, moved.LeaseExpiredAt = true, req.LeaseExpiredAt
+	}
 	if req.State != structs.ClaimStateFreed {
 		out = moved
 		v.PastClaims = putClaim(v.PastClaims, out)
@@ -170,4 +190,32 @@ func passedThrough(from structs.ClaimState, req *structs.ClaimCheckpointRequest)
 		out = append(out, cd)
 	}
 	return out
+}
+
+// checkFenced admits a fenced checkpoint: the leader found the node's lease
+// run out, so the node has stopped the claim's workload and unmounted, and
+// the release may skip its node detach (decision 39). The state machine
+// cannot read a clock, so it checks what it can: the claim is past and
+// not yet node-detached, it was taken under the fence policy and the
+// volume still has it, and the node is not ready (a node that came back
+// does its own node detach).
+func checkFenced(tx *txn, vol *structs.Volume, c *structs.Claim, req *structs.ClaimCheckpointRequest, name string) error {
+	detached := structs.ClaimStateNodeDetached.Rank()
+	switch {
+	case c.State == structs.ClaimStateTaken:
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf("%s is live: only a past claim can be fenced", name))
+	case c.State.Rank() >= detached:
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf("%s is %s: nothing is left to fence", name, c.State))
+	case req.State.Rank() < detached:
+		return structs.Invalid("state", fmt.Sprintf("a fenced checkpoint moves a claim to %s or later, not %s", structs.ClaimStateNodeDetached, req.State))
+	case req.LeaseExpiredAt.IsZero():
+		return structs.Invalid("lease_expired_at", "a fenced checkpoint must say when the lease ran out")
+	}
+	if p := structs.EffectiveNodeLost(c, vol); p != structs.NodeLostFence {
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf("%s follows node_lost %q, not %q: it cannot be fenced", name, p, structs.NodeLostFence))
+	}
+	if n := getNode(tx, c.NodeID); n != nil && n.Status == structs.NodeStatusReady {
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf("%s: node %s is ready again and detaches the volume itself", name, c.NodeID))
+	}
+	return nil
 }

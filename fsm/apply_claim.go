@@ -108,6 +108,11 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	if n.Status != structs.NodeStatusReady {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is %s", n.ID, n.Status))
 	}
+	if !n.Eligible() {
+		// Draining: the node takes no new claim (a re-claim of one it
+		// holds was answered above).
+		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is ineligible for new claims (draining)", n.ID))
+	}
 	if ok, why := schedulable(tx, old.PluginID, n.ID); !ok {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))
 	}
@@ -136,7 +141,7 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	c := &structs.Claim{
 		VolumeID: old.ID, AllocID: a.ID, NodeID: n.ID, ExternalNodeID: extID,
 		Mode: r.Mode, AccessMode: old.AccessMode, AttachmentMode: old.AttachmentMode,
-		State: structs.ClaimStateTaken, CreateIndex: tx.index, ModifyIndex: tx.index,
+		State: structs.ClaimStateTaken, NodeLost: old.NodeLost.OrWait(), CreateIndex: tx.index, ModifyIndex: tx.index,
 		Steps: []structs.ClaimStep{{State: structs.ClaimStateTaken, Index: tx.index, Time: tx.at}},
 	}
 	v := cowVolume(old, tx.index)

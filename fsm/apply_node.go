@@ -10,6 +10,7 @@ func init() {
 	registerCommand(structs.NodeRegisterRequestType, applyNodeRegister)
 	registerCommand(structs.NodeUpdateStatusRequestType, applyNodeUpdateStatus)
 	registerCommand(structs.NodeDeregisterRequestType, applyNodeDeregister)
+	registerCommand(structs.NodeEligibilityRequestType, applyNodeEligibility)
 }
 
 // applyNodeRegister creates or updates a node and re-derives its plugins.
@@ -29,8 +30,15 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 		n.Status = structs.NodeStatusReady
 	}
 	n.CreateIndex, n.ModifyIndex = tx.index, tx.index
+	n.Eligibility = ""
 	if old != nil {
 		n.CreateIndex = old.CreateIndex
+		// Eligibility is the operator's, not the agent's: a drained node
+		// that re-registers stays ineligible.
+		n.Eligibility = old.Eligibility
+		if n.LastFence == nil {
+			n.LastFence = old.LastFence
+		}
 	}
 	tx.put(TableNodes, n)
 	if n.Status == structs.NodeStatusDown && (old == nil || old.Status != structs.NodeStatusDown) {
@@ -65,6 +73,31 @@ func applyNodeUpdateStatus(tx *txn, req *structs.NodeUpdateStatusRequest) (any, 
 		loseNodeAllocs(tx, n.ID)
 	}
 	syncPlugins(tx, n.ID, old, n)
+	return nil, nil
+}
+
+// applyNodeEligibility makes a node eligible or ineligible for new claims.
+// Claims it already holds are untouched: a drain stops its allocations
+// separately.
+func applyNodeEligibility(tx *txn, req *structs.NodeEligibilityRequest) (any, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	old := getNode(tx, req.NodeID)
+	if old == nil {
+		return nil, structs.NotFound("node", req.NodeID)
+	}
+	want := req.Eligibility
+	if want == structs.NodeEligible {
+		want = "" // the stored form of eligible
+	}
+	if old.Eligibility == want {
+		return nil, nil
+	}
+	n := old.Copy()
+	n.Eligibility = want
+	n.ModifyIndex = tx.index
+	tx.put(TableNodes, n)
 	return nil, nil
 }
 

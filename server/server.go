@@ -193,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 		ttl = DefaultHeartbeatTTL
 	}
 	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
+	s.watcher.SetLeases(s.beats)
 	s.deps = &endpoints.Deps{
 		Forwarder: s.fwd, Writer: s, Reader: s, Cluster: s,
 		Sessions: s.nodes, Heartbeats: s.beats, Releases: s.watcher, Attachments: s.attach,
@@ -291,6 +292,15 @@ func (s *Server) hasState() bool {
 
 // IsLeader implements endpoints.Cluster.
 func (s *Server) IsLeader() bool { return s.raft.Raft.State() == raft.Leader }
+
+// VerifyLeader implements endpoints.Cluster: a round of Raft heartbeats
+// that a quorum must answer in this server's term.
+func (s *Server) VerifyLeader() error {
+	if err := s.raft.Raft.VerifyLeader().Error(); err != nil {
+		return structs.Wrap(structs.ErrNoLeader, "leadership not confirmed: "+err.Error())
+	}
+	return nil
+}
 
 // LeaderContact implements endpoints.Cluster.
 func (s *Server) LeaderContact() (known bool, lastContact time.Duration) {

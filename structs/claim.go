@@ -77,6 +77,19 @@ type Claim struct {
 	// without a node unpublish and unstage: the one exception to S3, always
 	// operator-forced, and kept on the claim so it shows in status output.
 	NodeDetachSkipped bool `json:"node_detach_skipped,omitempty"`
+	// NodeLost is the volume's node-lost policy when the claim was taken:
+	// the node fences by it, so the release follows it too
+	// (EffectiveNodeLost).
+	NodeLost NodeLostPolicy `json:"node_lost,omitempty"`
+	// Fenced is set when the release skipped the node detach because the
+	// node was lost and its lease had run out (policy fence): the node
+	// fenced itself. LeaseExpiredAt is when the leader took the lease as
+	// run out.
+	Fenced         bool      `json:"fenced,omitempty"`
+	LeaseExpiredAt time.Time `json:"lease_expired_at,omitzero"`
+	// OperatorReleased is set by an operator's `volume detach`: a claim
+	// under the manual policy whose node was lost is released only then.
+	OperatorReleased bool `json:"operator_released,omitempty"`
 	// Steps is the claim's timeline, one entry per state it reached (taken,
 	// unpublishing, ...), oldest first: what the UI and status output show
 	// to say where a release stopped and since when.
@@ -252,6 +265,15 @@ type ClaimCheckpointRequest struct {
 	// freed, when no controller detach is needed). Nothing is skipped:
 	// no side effect lies between the two steps, so one entry records both.
 	NodeDetached bool
+	// Fenced moves an unpublishing claim of a lost node to node-detached
+	// without a node detach because the node's lease ran out at
+	// LeaseExpiredAt (the leader's clock, written into the log). The state
+	// machine accepts it only for a claim whose policy is fence.
+	Fenced         bool
+	LeaseExpiredAt time.Time
+	// OperatorReleased records an operator's go-ahead on a past claim
+	// (it may stay in its state): see Claim.OperatorReleased.
+	OperatorReleased bool
 	WriteRequest
 }
 

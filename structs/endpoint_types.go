@@ -10,6 +10,10 @@ type NodeUpdateResponse struct {
 	// Servers are the RPC addresses of the Raft voters, so a client can
 	// move to another server when its own fails.
 	Servers []string
+	// Lease is the lease this answer renews (the node's registered lease),
+	// given only by a leader that verified it still leads after it
+	// received the heartbeat; 0 renews nothing.
+	Lease time.Duration
 	WriteMeta
 }
 
@@ -29,6 +33,10 @@ type ReleaseStatus struct {
 	Attempts  int
 	LastError string
 	NextTry   time.Time
+	// LeaseExpiresAt, when set, is when a lost node's lease runs out on
+	// the leader's clock: the release of its fence-policy claims waits
+	// until then.
+	LeaseExpiresAt time.Time `json:",omitzero"`
 }
 
 // SystemGCRequest runs the claim GC now.

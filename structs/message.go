@@ -39,6 +39,7 @@ const (
 	ACLTokenUpsertRequestType    MessageType = 17
 	ACLTokenDeleteRequestType    MessageType = 18
 	VolumeCapacityRequestType    MessageType = 19
+	NodeEligibilityRequestType   MessageType = 20
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

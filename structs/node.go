@@ -3,6 +3,7 @@ package structs
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // NodeStatus is whether the servers consider a client node alive.
@@ -71,6 +72,17 @@ type Node struct {
 	// Fingerprints keyed by plugin ID.
 	CSINodePlugins       map[string]*CSIInfo `json:"csi_node_plugins,omitempty"`
 	CSIControllerPlugins map[string]*CSIInfo `json:"csi_controller_plugins,omitempty"`
+	// Lease is how long the agent keeps its fence-policy workloads running
+	// without an acknowledged heartbeat (0: it holds no lease, and its
+	// fence-policy claims wait like wait-policy ones). Set by the agent.
+	Lease time.Duration `json:"lease,omitempty"`
+	// Eligibility is whether new claims may be taken on the node (empty:
+	// eligible). Set by operators (node eligibility, drain); a
+	// re-registration keeps it.
+	Eligibility NodeEligibility `json:"eligibility,omitempty"`
+	// LastFence is what the agent last fenced, as it reported on
+	// registering again; a registration without a report keeps it.
+	LastFence *FenceReport `json:"last_fence,omitempty"`
 
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
@@ -102,6 +114,15 @@ func (n *Node) Validate() error {
 	}
 	if n.Status != "" && !n.Status.Valid() {
 		return Invalid("status", fmt.Sprintf("%q is not %q or %q", n.Status, NodeStatusReady, NodeStatusDown))
+	}
+	if err := ValidateNodeLease("lease", n.Lease); err != nil {
+		return err
+	}
+	if !n.Eligibility.Valid() {
+		return Invalid("eligibility", fmt.Sprintf("%q is not %q or %q", n.Eligibility, NodeEligible, NodeIneligible))
+	}
+	if err := n.LastFence.Validate(); err != nil {
+		return err
 	}
 	if err := validateFingerprints("csi_node_plugins", n.CSINodePlugins); err != nil {
 		return err
@@ -147,6 +168,7 @@ func (n *Node) Copy() *Node {
 	c := *n
 	c.CSINodePlugins = copyFingerprints(n.CSINodePlugins)
 	c.CSIControllerPlugins = copyFingerprints(n.CSIControllerPlugins)
+	c.LastFence = n.LastFence.Copy()
 	return &c
 }
 
@@ -193,6 +215,9 @@ type NodeRegisterRequest struct {
 	ClientCertified bool
 	WriteRequest
 }
+
+// Eligible reports whether new claims may be taken on the node.
+func (n *Node) Eligible() bool { return n.Eligibility != NodeIneligible }
 
 // NodeUpdateStatusRequest marks a node ready or down. Down makes every
 // allocation on it lost, and so their claims past, in the same entry.

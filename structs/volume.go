@@ -99,6 +99,10 @@ type Volume struct {
 	// segments match one entry (every key of the entry with the same value);
 	// empty means reachable from every node.
 	AccessibleTopology []map[string]string `json:"accessible_topology,omitempty"`
+	// NodeLost is what happens to the volume's claims when their node is
+	// lost: wait (the default, also for ""), fence or manual. A claim
+	// records the policy it was taken under (EffectiveNodeLost).
+	NodeLost NodeLostPolicy `json:"node_lost,omitempty"`
 
 	// The claims, keyed by alloc ID. Only the state machine writes them: a
 	// register request's claim fields are ignored. Live claims are taken;
@@ -195,6 +199,9 @@ func (v *Volume) Validate() error {
 	if v.MountOptions != nil && len(v.MountOptions.MountFlags) > maxVolumeMapEntries {
 		return Invalid("mount_options.mount_flags", fmt.Sprintf("has %d entries, at most %d allowed",
 			len(v.MountOptions.MountFlags), maxVolumeMapEntries))
+	}
+	if !v.NodeLost.Valid() {
+		return Invalid("node_lost", fmt.Sprintf("%q is not one of %v", v.NodeLost, NodeLostPolicies))
 	}
 	if v.Capacity < 0 {
 		return Invalid("capacity", fmt.Sprintf("%d must not be negative", v.Capacity))

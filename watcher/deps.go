@@ -1,6 +1,8 @@
 package watcher
 
 import (
+	"time"
+
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/structs"
 )
@@ -32,4 +34,10 @@ type Attachments interface {
 	// its node unless another claim there still needs the attachment;
 	// attachment.ErrVolumeDeregistered when the volume is gone.
 	Unpublish(vol *structs.Volume, c *structs.Claim) error
+}
+
+// LeaseClock says when a lost node's lease has run out on this leader's
+// clock (Heartbeats).
+type LeaseClock interface {
+	LeaseExpiry(nodeID string, lease time.Duration) (at time.Time, expired bool)
 }

@@ -27,6 +27,11 @@ type Heartbeats struct {
 	timers  map[string]*time.Timer
 	gens    map[string]uint64 // the generation of each node's live timer
 	gen     uint64
+	// lastSeen is when this leader last received each node's heartbeat
+	// (monotonic); since is when it took office, the start of the lease
+	// clock of a node it has not heard from (decision 39).
+	lastSeen map[string]time.Time
+	since    time.Time
 }
 
 // NewHeartbeats makes disabled heartbeat timers. ttl is what nodes are told;
@@ -36,7 +41,7 @@ func NewHeartbeats(state StateSource, apply Applier, ttl, grace time.Duration, l
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Heartbeats{state: state, apply: apply, ttl: ttl, grace: grace, logger: logger.Named("heartbeat"), timers: map[string]*time.Timer{}, gens: map[string]uint64{}}
+	return &Heartbeats{state: state, apply: apply, ttl: ttl, grace: grace, logger: logger.Named("heartbeat"), timers: map[string]*time.Timer{}, gens: map[string]uint64{}, lastSeen: map[string]time.Time{}}
 }
 
 // SetEnabled starts a timer for every ready node (TTL plus twice the grace:
@@ -53,9 +58,11 @@ func (h *Heartbeats) SetEnabled(enabled bool) {
 	}
 	h.timers = map[string]*time.Timer{}
 	h.gens = map[string]uint64{}
+	h.lastSeen = map[string]time.Time{}
 	if !enabled {
 		return
 	}
+	h.since = time.Now()
 	nodes, err := h.state.State().Nodes(nil)
 	if err != nil {
 		h.logger.Error("reading nodes", "error", err)
@@ -77,15 +84,46 @@ func (h *Heartbeats) Remove(nodeID string) {
 		delete(h.timers, nodeID)
 		delete(h.gens, nodeID)
 	}
+	delete(h.lastSeen, nodeID)
 }
 
 // Reset restarts a node's timer after it heartbeats (leader only).
 func (h *Heartbeats) Reset(nodeID string) {
+	h.Received(nodeID, time.Now())
+}
+
+// Received restarts a node's timer and its lease clock for a heartbeat
+// received at at (leader only). The caller takes at before anything else
+// of the heartbeat's handling: the lease argument needs the receive time,
+// not a later one.
+func (h *Heartbeats) Received(nodeID string, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.enabled {
 		h.resetLocked(nodeID, h.ttl+h.grace)
+		if at.After(h.lastSeen[nodeID]) {
+			h.lastSeen[nodeID] = at
+		}
 	}
+}
+
+// LeaseExpiry says when this leader takes the node's lease as run out:
+// structs.LeaseExpiry(lease) after the last heartbeat it received from the
+// node, or after it took office if it has received none. expired is false
+// while that time is still ahead, and always on a follower (only the
+// leader's clock counts; a new leader starts counting afresh).
+func (h *Heartbeats) LeaseExpiry(nodeID string, lease time.Duration) (at time.Time, expired bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.enabled || lease <= 0 {
+		return time.Time{}, false
+	}
+	from, ok := h.lastSeen[nodeID]
+	if !ok {
+		from = h.since
+	}
+	at = from.Add(structs.LeaseExpiry(lease))
+	return at, !time.Now().Before(at)
 }
 
 func (h *Heartbeats) resetLocked(nodeID string, d time.Duration) {

@@ -23,6 +23,13 @@ func countStep(pluginID, step string, err error) {
 	}
 }
 
+// countFenced counts a claim released through the fence path: its node
+// was lost, its lease ran out, and its node detach was skipped
+// (claimd.release.fenced, by plugin).
+func countFenced(pluginID string) {
+	metrics.IncrCounterWithLabels([]string{"release", "fenced"}, 1, []metrics.Label{{Name: "plugin", Value: pluginID}})
+}
+
 // Stats is the leader's release work at one moment.
 type Stats struct {
 	// Enabled: this server leads and its workers run (all else is 0 when

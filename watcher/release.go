@@ -58,8 +58,12 @@ func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
 			continue
 		}
-		err := w.nodeDetach(vol, c)
-		countStep(vol.PluginID, stepNodeDetach, err)
+		fencedAt, err := w.nodeDetach(vol, c)
+		if !fencedAt.IsZero() {
+			countFenced(vol.PluginID)
+		} else {
+			countStep(vol.PluginID, stepNodeDetach, err)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("alloc %s on node %s: node detach: %w", c.AllocID, c.NodeID, err))
 			continue
@@ -68,7 +72,11 @@ func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 		if !plug.ControllerRequired {
 			next = structs.ClaimStateFreed
 		}
-		if err := w.checkpoint(c, next, true); err != nil {
+		if !fencedAt.IsZero() {
+			w.logger.Warn("node lost and its lease ran out: the claim is fenced, skipping its node detach",
+				"volume", vol.ID, "alloc", c.AllocID, "node", c.NodeID, "lease_expired_at", fencedAt)
+		}
+		if err := w.checkpointFenced(c, next, fencedAt); err != nil {
 			errs = append(errs, err)
 		} else if next == structs.ClaimStateFreed {
 			w.clock.freed(volID, c.AllocID, vol.PluginID)
@@ -122,24 +130,81 @@ func sortedPast(v *structs.Volume) []*structs.Claim {
 // nodeDetach asks the claim's node to unpublish (and unstage when no other
 // allocation there uses the volume). A node that is down or gone cannot
 // unmount, and detaching its controller attachment anyway risks corrupting
-// data, so the claim waits for the node (or for an operator's -force).
-func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) error {
-	node, err := w.state.State().NodeByID(nil, c.NodeID)
+// data, so by default (node_lost wait) the claim waits for the node, or for
+// an operator's -force. Under node_lost fence it waits for the node's lease
+// to run out instead, and then returns when it did (fencedAt): the node has
+// stopped the workload and unmounted by itself, and the caller records the
+// claim as fenced. Under node_lost manual a lost node's claim waits for an
+// operator's `volume detach`, even once the node is back.
+func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) (fencedAt time.Time, err error) {
+	state := w.state.State()
+	node, err := state.NodeByID(nil, c.NodeID)
 	if err != nil {
-		return err
+		return time.Time{}, err
+	}
+	policy := structs.EffectiveNodeLost(c, vol)
+	if policy == structs.NodeLostManual && !c.OperatorReleased && w.lostClaim(c, node) {
+		return time.Time{}, fmt.Errorf("node %s was lost and volume %s is node_lost manual: waiting for an operator (`claimd volume detach %s %s`)",
+			c.NodeID, vol.ID, vol.ID, c.NodeID)
 	}
 	if node == nil {
-		return fmt.Errorf("node %s is deregistered; waiting (an operator can run `claimd volume detach -force %s %s`)", c.NodeID, vol.ID, c.NodeID)
+		return time.Time{}, fmt.Errorf("node %s is deregistered; waiting (an operator can run `claimd volume detach -force %s %s`)", c.NodeID, vol.ID, c.NodeID)
 	}
 	if node.Status != structs.NodeStatusReady {
-		return fmt.Errorf("node %s is %s; waiting for it to come back", c.NodeID, node.Status)
+		if policy == structs.NodeLostFence {
+			return w.leaseRanOut(vol, c, node)
+		}
+		return time.Time{}, fmt.Errorf("node %s is %s; waiting for it to come back", c.NodeID, node.Status)
 	}
 	req := &structs.ClientCSINodeDetachRequest{
 		NodeID: c.NodeID, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID,
 		AllocID: c.AllocID, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		ReadOnly: c.Mode == structs.ClaimModeRead,
 	}
-	return w.attach.NodeDetach(req, &structs.ClientCSINodeDetachResponse{})
+	return time.Time{}, w.attach.NodeDetach(req, &structs.ClientCSINodeDetachResponse{})
+}
+
+// lostClaim: the claim's allocation was lost with its node (or the node
+// is gone or down), as opposed to stopped.
+func (w *Watcher) lostClaim(c *structs.Claim, node *structs.Node) bool {
+	if node == nil || node.Status != structs.NodeStatusReady {
+		return true
+	}
+	alloc, err := w.state.State().AllocByID(nil, c.AllocID)
+	return err != nil || alloc == nil || alloc.ClientStatus == structs.AllocClientLost
+}
+
+// leaseWait is a release waiting for a lost node's lease to run out; the
+// worker retries right when it does.
+type leaseWait struct {
+	node string
+	at   time.Time
+}
+
+func (e *leaseWait) Error() string {
+	return fmt.Sprintf("node %s is lost; its lease runs out at %s (node_lost fence), then its node detach is skipped",
+		e.node, e.at.UTC().Format(time.RFC3339Nano))
+}
+
+// leaseRanOut returns when the lost node's lease ran out, or a leaseWait
+// until it does. A node without a lease never fenced anything: its claims
+// wait like wait-policy ones.
+func (w *Watcher) leaseRanOut(vol *structs.Volume, c *structs.Claim, node *structs.Node) (time.Time, error) {
+	if node.Lease <= 0 {
+		return time.Time{}, fmt.Errorf("node %s is %s and holds no lease (its agent runs without -node-lease), so it never fences: waiting for it to come back", c.NodeID, node.Status)
+	}
+	if w.leases == nil {
+		return time.Time{}, fmt.Errorf("node %s is %s; no lease clock on this server, waiting", c.NodeID, node.Status)
+	}
+	at, expired := w.leases.LeaseExpiry(node.ID, node.Lease)
+	if at.IsZero() {
+		return time.Time{}, fmt.Errorf("node %s is %s; this server is not counting leases (not leading)", c.NodeID, node.Status)
+	}
+	if !expired {
+		return time.Time{}, &leaseWait{node: node.ID, at: at}
+	}
+	// Strip the monotonic reading: the time goes into the log.
+	return at.Round(0).UTC(), nil
 }
 
 // controllerDetach unpublishes the volume from the claim's node (package
@@ -151,6 +216,20 @@ func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error 
 		return &permanentError{reason: fmt.Sprintf("volume %q was deregistered; nothing can be released", vol.ID)}
 	}
 	return err
+}
+
+// checkpointFenced is checkpoint after a node detach, or after a fence
+// when fencedAt is set (the lease ran out then).
+func (w *Watcher) checkpointFenced(c *structs.Claim, state structs.ClaimState, fencedAt time.Time) error {
+	if fencedAt.IsZero() {
+		return w.checkpoint(c, state, true)
+	}
+	req := &structs.ClaimCheckpointRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, State: state,
+		ExpectedState: c.State, Fenced: true, LeaseExpiredAt: fencedAt}
+	if _, _, err := w.apply.Checkpoint(req); err != nil {
+		return fmt.Errorf("checkpoint %s/%s %s→%s (fenced): %w", c.VolumeID, c.AllocID, c.State, state, err)
+	}
+	return nil
 }
 
 // checkpoint records that a claim reached state, as a compare-and-set on

@@ -44,6 +44,7 @@ type Watcher struct {
 	apply  Applier
 	attach Attachments
 	clock  *releaseClock
+	leases LeaseClock // nil: no lease ever runs out (no fencing)
 
 	mu      sync.Mutex
 	enabled bool
@@ -88,6 +89,10 @@ func New(cfg Config, state StateSource, apply Applier, attach Attachments) *Watc
 		clock: newReleaseClock(), vols: map[string]*volumeWork{}, gcReset: make(chan struct{}, 1),
 	}
 }
+
+// SetLeases gives the watcher the leader's lease clock; without one,
+// fence-policy claims of lost nodes wait like wait-policy ones.
+func (w *Watcher) SetLeases(l LeaseClock) { w.leases = l }
 
 // SetEnabled starts the workers (re-scanning every pending eval) or stops
 // them and forgets the retry state. Called by the server's leadership loop.
@@ -266,6 +271,14 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 	v.status.Attempts++
 	v.status.LastError = err.Error()
 	delay := w.backoff(v.status.Attempts)
+	// A release waiting for a lease to run out tries again right then,
+	// not on its backoff: the stated bound of a move (decision 39)
+	// should not include a backoff step.
+	var lw *leaseWait
+	if errors.As(err, &lw) {
+		delay = min(delay, max(time.Until(lw.at), 0)+10*time.Millisecond)
+		v.status.LeaseExpiresAt = lw.at
+	}
 	v.status.NextTry = time.Now().Add(delay)
 	w.logger.Warn("release failed; will retry", "volume", volID, "evals", w.pendingEvalIDs(volID),
 		"attempt", v.status.Attempts, "retry_in", delay, "error", err)
