@@ -99,9 +99,9 @@ func (s *fakeSessions) HasConn(string) structs.NodeConnResponse { return structs
 
 type fakeBeats struct{}
 
-func (fakeBeats) Reset(string)  {}
+func (fakeBeats) Reset(string)               {}
 func (fakeBeats) Received(string, time.Time) {}
-func (fakeBeats) Remove(string) {}
+func (fakeBeats) Remove(string)              {}
 
 type fakeReleases struct{}
 

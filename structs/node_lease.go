@@ -138,7 +138,7 @@ type FenceReport struct {
 	// At is when the agent began fencing (its wall clock).
 	At time.Time `json:"at"`
 	// LeaseRemaining was the lease left when fencing began.
-	LeaseRemaining time.Duration `json:"lease_remaining"`
+	LeaseRemaining time.Duration   `json:"lease_remaining"`
 	Volumes        []*FencedVolume `json:"volumes,omitempty"`
 }
 
