@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
@@ -119,16 +120,22 @@ func printClaims(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	}
 	fmt.Fprintln(w, "Claims")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Alloc\tNode\tKind\tMode\tState\tNotes")
+	fmt.Fprintln(tw, "Alloc\tNode\tKind\tMode\tState\tNode Lost\tNotes")
 	for _, r := range rows {
 		note := "-"
-		if r.c.NodeDetachSkipped {
+		switch r.c.ReleasePath() {
+		case structs.ReleasePathForced:
 			note = "node detach skipped (forced)"
+		case structs.ReleasePathFenced:
+			note = "node fenced: lease ran out " + r.c.LeaseExpiredAt.UTC().Format(time.RFC3339)
 		}
-		if r.kind == "past" && retry != nil {
+		if r.kind == "past" && retry != nil && r.c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
 			note = formatRetry(*retry, true)
+			if !retry.LeaseExpiresAt.IsZero() {
+				note = "node lost: its lease runs out " + retry.LeaseExpiresAt.UTC().Format(time.RFC3339) + "; " + note
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.c.AllocID, r.c.NodeID, r.kind, r.c.Mode, r.c.State, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.c.AllocID, r.c.NodeID, r.kind, r.c.Mode, r.c.State, orDash(string(r.c.NodeLost)), note)
 	}
 	tw.Flush()
 }

@@ -147,6 +147,7 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	}
 	fmt.Fprintf(tw, "Capacity\t= %s\n", capacityText(v.Capacity))
 	fmt.Fprintf(tw, "Topology\t= %s\n", orDash(v.TopologyText()))
+	fmt.Fprintf(tw, "Node Lost\t= %s\n", v.NodeLost.OrWait())
 	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
 	fmt.Fprintf(tw, "Secrets\t= %s\n", formatSecretKeys(v.Secrets))
 	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
@@ -171,14 +172,21 @@ func printTimelines(w io.Writer, v *structs.Volume) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Release Timelines")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Alloc\tNode\tStep\tIndex\tTime")
+	fmt.Fprintln(tw, "Alloc\tNode\tStep\tIndex\tTime\tPath")
 	for _, c := range claims {
+		path := orDash(string(c.ReleasePath()))
 		for _, st := range c.Steps {
 			at := "-"
 			if !st.Time.IsZero() {
 				at = st.Time.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.AllocID, c.NodeID, st.State, st.Index, at)
+			if c.Fenced && st.State == structs.ClaimStateNodeDetached {
+				// The lease ran out before the fenced checkpoint: show
+				// that moment as its own step, in time order.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.AllocID, c.NodeID, "lease-ran-out", "-",
+					c.LeaseExpiredAt.UTC().Format(time.RFC3339), path)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", c.AllocID, c.NodeID, st.State, st.Index, at, path)
 		}
 	}
 	tw.Flush()

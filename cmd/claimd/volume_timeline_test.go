@@ -29,7 +29,7 @@ func TestPrintVolume_ReleaseTimelines(t *testing.T) {
 	for _, l := range strings.Split(out, "\n") {
 		lines[strings.Join(strings.Fields(l), " ")] = true
 	}
-	for _, want := range []string{"a2 n1 taken 7 -", "a2 n1 unpublishing 9 2026-12-04T10:00:00Z", "a1 n1 freed 5 2026-12-04T10:00:00Z"} {
+	for _, want := range []string{"a2 n1 taken 7 - -", "a2 n1 unpublishing 9 2026-12-04T10:00:00Z -", "a1 n1 freed 5 2026-12-04T10:00:00Z node-detach"} {
 		if !lines[want] {
 			t.Errorf("volume status exp: a line %q got:\n%s", want, out)
 		}
@@ -38,5 +38,34 @@ func TestPrintVolume_ReleaseTimelines(t *testing.T) {
 	printVolume(&buf, &structs.Volume{ID: "v2"}, nil)
 	if strings.Contains(buf.String(), "Release Timelines") {
 		t.Fatalf("a volume without releases exp: no timeline section got:\n%s", buf.String())
+	}
+}
+
+// A fenced release shows its path and when the lease ran out, in the
+// claims table and the timeline.
+func TestPrintVolume_FencedReleaseShowsThePathAndTheLease(t *testing.T) {
+	ranOut := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	at := ranOut.Add(time.Second)
+	v := &structs.Volume{ID: "v1", PluginID: "hostdir", NodeLost: structs.NodeLostFence,
+		PastClaims: map[string]*structs.Claim{"a1": {AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite,
+			State: structs.ClaimStateNodeDetached, NodeLost: structs.NodeLostFence, Fenced: true, NodeDetachSkipped: true, LeaseExpiredAt: ranOut,
+			Steps: []structs.ClaimStep{{State: structs.ClaimStateTaken, Index: 7, Time: at}, {State: structs.ClaimStateUnpublishing, Index: 9, Time: at},
+				{State: structs.ClaimStateNodeDetached, Index: 12, Time: at}}}},
+	}
+	var buf bytes.Buffer
+	printVolume(&buf, v, nil)
+	lines := map[string]bool{}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		lines[strings.Join(strings.Fields(l), " ")] = true
+	}
+	for _, want := range []string{
+		"Node Lost = fence",
+		"a1 n1 past write node-detached fence node fenced: lease ran out 2026-12-04T10:00:00Z",
+		"a1 n1 lease-ran-out - 2026-12-04T10:00:00Z fenced",
+		"a1 n1 node-detached 12 2026-12-04T10:00:01Z fenced",
+	} {
+		if !lines[want] {
+			t.Errorf("volume status exp: a line %q got:\n%s", want, buf.String())
+		}
 	}
 }
