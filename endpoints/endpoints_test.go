@@ -52,10 +52,11 @@ func (f *fakeForwarder) sent() []string {
 // fakeCluster is this server's place: leader or follower, ACLs on or off.
 type fakeCluster struct {
 	leader, acl bool
+	verifyErr   error // what VerifyLeader answers
 }
 
 func (c *fakeCluster) IsLeader() bool                       { return c.leader }
-func (c *fakeCluster) VerifyLeader() error                  { return nil }
+func (c *fakeCluster) VerifyLeader() error                  { return c.verifyErr }
 func (c *fakeCluster) LeaderContact() (bool, time.Duration) { return true, 0 }
 func (c *fakeCluster) ServerAddrs() []string                { return []string{"127.0.0.1:4647"} }
 func (c *fakeCluster) RaftMemberHost(string) bool           { return false }
