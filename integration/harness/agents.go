@@ -152,6 +152,9 @@ type TestClient struct {
 	c       *Cluster
 	servers []string
 	plugins []csi.PluginConfig
+	// edit changes the agent's config before each start (a node lease,
+	// a fence command).
+	edit func(*client.Config)
 
 	mu sync.Mutex
 	a  *client.Agent
@@ -161,7 +164,14 @@ type TestClient struct {
 // and runs plugins.
 func (c *Cluster) StartClient(name string, servers []string, plugins ...csi.PluginConfig) *TestClient {
 	c.t.Helper()
-	tc := &TestClient{Name: name, DataDir: filepath.Join(c.t.TempDir(), name), c: c, servers: servers, plugins: plugins}
+	return c.StartClientWith(name, servers, nil, plugins...)
+}
+
+// StartClientWith is StartClient with edit applied to the agent's config
+// on every start.
+func (c *Cluster) StartClientWith(name string, servers []string, edit func(*client.Config), plugins ...csi.PluginConfig) *TestClient {
+	c.t.Helper()
+	tc := &TestClient{Name: name, DataDir: filepath.Join(c.t.TempDir(), name), c: c, servers: servers, plugins: plugins, edit: edit}
 	tc.Start()
 	c.t.Cleanup(tc.Stop)
 	return tc
@@ -185,6 +195,9 @@ func (tc *TestClient) Start() {
 	} else if !tc.c.opts.Insecure {
 		// Without TLS a new node registers with a node:write token.
 		cfg.RegisterToken = tc.c.ManagementToken()
+	}
+	if tc.edit != nil {
+		tc.edit(&cfg)
 	}
 	a, err := client.New(cfg)
 	if err != nil {
