@@ -35,6 +35,10 @@ type Agent struct {
 	// fingerprints.
 	fpChanged chan struct{}
 
+	lease *nodeLease
+	held  *heldClaims
+	fence *fencer
+
 	allocs   *allocRunner
 	statuses *statusBatcher
 	// registeredCh is closed once the node first registered.
@@ -86,6 +90,18 @@ func New(cfg Config) (*Agent, error) {
 		cancel:       cancel,
 	}
 	a.conn = newServerConn(a, cfg.Servers)
+	a.lease = newNodeLease(cfg.NodeLease, newLeaseClock(cfg.ClockRate))
+	if a.lease.enabled() {
+		a.lease.startGrace()
+	}
+	if a.held, err = loadHeldClaims(cfg.DataDir); err != nil {
+		cancel()
+		return nil, err
+	}
+	if a.fence, err = newFencer(a, a.lease, a.held, cfg.FenceCommand); err != nil {
+		cancel()
+		return nil, err
+	}
 	a.plugins, err = csi.NewManager(csi.ManagerConfig{
 		Plugins:       cfg.Plugins,
 		ProbeInterval: cfg.ProbeInterval,
@@ -103,9 +119,10 @@ func New(cfg Config) (*Agent, error) {
 	a.plugins.Refresh(ctx)
 	a.plugins.Start()
 	a.goFunc(a.heartbeatLoop)
+	a.goFunc(a.fence.run)
 	a.goFunc(a.allocs.run)
 	a.goFunc(a.statuses.run)
-	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins))
+	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins), "node_lease", cfg.NodeLease)
 	return a, nil
 }
 
@@ -177,6 +194,7 @@ func randomID() string {
 func (a *Agent) node() *structs.Node {
 	n := &structs.Node{
 		ID: a.ident.ID, Name: a.cfg.NodeName, SecretID: a.ident.Secret, Status: structs.NodeStatusReady,
+		Lease: a.cfg.NodeLease, LastFence: a.fence.pendingReport(),
 		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
 	}
 	for _, fp := range a.plugins.Fingerprints() {
@@ -198,16 +216,22 @@ func (a *Agent) heartbeatLoop() {
 	ttl := 2 * time.Second
 	for {
 		connected := a.conn.connectedCh()
-		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+		ctx, cancel := context.WithTimeout(a.ctx, a.lease.callTimeout())
 		var resp structs.NodeUpdateResponse
 		var err error
+		// The lease counts from the send: the servers' clock starts
+		// later, when the heartbeat arrives.
+		sentAt := a.lease.clock.now()
+		var sentFence *structs.FenceReport
 		if !registered {
-			err = a.conn.call(ctx, "Node.Register", &structs.NodeRegisterRequest{Node: a.node()}, &resp)
+			node := a.node()
+			sentFence = node.LastFence
+			err = a.conn.call(ctx, "Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp)
 		} else {
 			err = a.conn.call(ctx, "Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: a.ident.ID, Status: structs.NodeStatusReady}, &resp)
 		}
 		cancel()
-		wait := ttl / 3
+		wait := a.lease.heartbeatEvery(ttl)
 		if err != nil {
 			if a.ctx.Err() != nil {
 				return
@@ -224,10 +248,12 @@ func (a *Agent) heartbeatLoop() {
 		} else {
 			registered = true
 			a.heartbeatOK.Store(true)
+			a.lease.renew(sentAt, resp.Lease)
+			a.fence.reported(sentFence)
 			a.registeredOnce.Do(func() { close(a.registeredCh) })
 			if resp.HeartbeatTTL > 0 {
 				ttl = resp.HeartbeatTTL
-				wait = ttl / 3
+				wait = a.lease.heartbeatEvery(ttl)
 			}
 			a.conn.setServers(resp.Servers)
 		}

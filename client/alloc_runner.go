@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/structs"
 )
@@ -131,6 +132,11 @@ func (r *allocRunner) start(alloc *structs.Alloc, stop bool) {
 // permanent one fails the allocation.
 func (r *allocRunner) runAlloc(ctx context.Context, alloc *structs.Alloc) bool {
 	log := r.a.logger.With("alloc", alloc.ID)
+	if r.a.fence.fencedAlloc(alloc.ID) {
+		// A fenced node does not mount again on its own (decision 39).
+		log.Warn("allocation was fenced; not starting it again")
+		return r.report(ctx, alloc.ID, structs.AllocClientFailed, "fenced: node lease ran out")
+	}
 	for _, req := range alloc.Volumes {
 		if err := r.claimAndMount(ctx, alloc, req); err != nil {
 			if ctx.Err() != nil {
@@ -213,10 +219,12 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 			return err
 		}
 		var pctx map[string]string
+		policy := vol.NodeLost
 		if claim.Claim != nil {
 			pctx = claim.Claim.PublishContext
+			policy = claim.Claim.NodeLost
 		}
-		_, err = mm.MountVolume(ctx, vol, alloc.ID, req.ReadOnly, pctx)
+		err = r.mountHeld(ctx, mm, vol, alloc.ID, req.ReadOnly, pctx, policy)
 		if err == nil {
 			return nil
 		}
@@ -228,6 +236,41 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 			return ctx.Err()
 		}
 	}
+}
+
+// mountHeld mounts a claimed volume with the node's held-claims record
+// written first, so that a fence running meanwhile knows of it. A volume
+// under the fence policy is mounted only while the node's lease holds,
+// and a mount a fence overtook is undone.
+func (r *allocRunner) mountHeld(ctx context.Context, mm *csi.MountManager, vol *structs.Volume, allocID string,
+	readOnly bool, pctx map[string]string, policy structs.NodeLostPolicy) error {
+	gen, err := r.a.fence.mountAllowed(policy)
+	if err != nil {
+		return err
+	}
+	held := &heldClaim{AllocID: allocID, VolumeID: vol.ID, PluginID: vol.PluginID, ExternalID: vol.ExternalID,
+		ReadOnly: readOnly, AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode,
+		MountOptions: vol.MountOptions, NodeLost: policy}
+	if err := r.a.held.add(held); err != nil {
+		return err
+	}
+	info, err := mm.MountVolume(ctx, vol, allocID, readOnly, pctx)
+	if err != nil {
+		return err
+	}
+	held.MountPath = info.Source
+	if err := r.a.held.add(held); err != nil {
+		return err
+	}
+	if !r.a.fence.mountStillValid(gen) {
+		uctx, cancel := context.WithTimeout(r.a.ctx, callTimeout)
+		defer cancel()
+		if err := mm.UnmountVolume(uctx, vol.ID, vol.ExternalID, allocID, held.usage()); err == nil {
+			_ = r.a.held.remove(allocID, vol.ID)
+		}
+		return structs.NewError(structs.CodeUnavailable, "the node fenced itself while the volume was being mounted")
+	}
+	return nil
 }
 
 // retryableClaimError: the claim may succeed later. A server that answers

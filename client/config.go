@@ -2,12 +2,14 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -37,6 +39,17 @@ type Config struct {
 	// (with TLS, the client certificate is enough). Every other call
 	// authenticates with the node's own secret.
 	RegisterToken string
+	// NodeLease is the lease this node holds (decision 39): 0 holds none
+	// (volumes under the fence policy then wait like wait-policy ones).
+	NodeLease time.Duration
+	// FenceCommand runs, through /bin/sh -c, before each fence-policy
+	// volume is unmounted in a fence, with CLAIMD_ALLOC_ID,
+	// CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH and CLAIMD_NODE_ID set: it should
+	// stop whatever writes through the mount.
+	FenceCommand string
+	// ClockRate scales the lease clock against real time (tests of clock
+	// drift only; 0 means 1).
+	ClockRate float64
 }
 
 func (c *Config) validate() error {
@@ -45,6 +58,12 @@ func (c *Config) validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("data dir is required (-data-dir)")
+	}
+	if err := structs.ValidateNodeLease("node_lease", c.NodeLease); err != nil {
+		return err
+	}
+	if c.ClockRate < 0 || c.ClockRate > 0 && (c.ClockRate < 0.5 || c.ClockRate > 2) {
+		return structs.Invalid("clock_rate", fmt.Sprintf("%g is not between 0.5 and 2", c.ClockRate))
 	}
 	for _, p := range c.Plugins {
 		if err := p.Validate(); err != nil {

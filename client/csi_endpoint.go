@@ -30,6 +30,9 @@ func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest,
 	if err := mm.UnmountVolume(ctx, args.VolumeID, args.ExternalID, args.AllocID, usage); err != nil {
 		return pluginError(err)
 	}
+	if err := e.a.held.remove(args.AllocID, args.VolumeID); err != nil {
+		e.a.logger.Warn("could not update the held-claims record", "error", err)
+	}
 	e.a.logger.Info("node detached volume", "volume", args.VolumeID, "alloc", args.AllocID)
 	return nil
 }

@@ -46,6 +46,9 @@ type agentFlags struct {
 	backoffBase     time.Duration
 	backoffMax      time.Duration
 	probeInterval   time.Duration
+	nodeLease       time.Duration
+	fenceCommand    string
+	clockRate       float64
 	debugAddr       string
 	httpAddr        string
 	tls             tlsutil.Config
@@ -77,6 +80,9 @@ func (p *pluginFlags) Set(s string) error {
 const (
 	defaultLogLevel       = "info"
 	defaultRaftMultiplier = 1
+	// defaultNodeLease is three default heartbeat TTLs: a node is marked
+	// down after one, so a lease only matters for a node that stays away.
+	defaultNodeLease = 30 * time.Second
 	// leaveTimeout bounds -leave-on-terminate's leave.
 	leaveTimeout = 30 * time.Second
 	// devBootstrapTimeout bounds the dev agent's wait for its server to
@@ -140,6 +146,9 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.DurationVar(&f.backoffBase, "release-backoff-base", watcher.DefaultBackoffBase, "server: first retry delay of a failed release (doubles each attempt)")
 	fs.DurationVar(&f.backoffMax, "release-backoff-max", watcher.DefaultBackoffMax, "server: longest retry delay of a failed release")
 	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", csi.DefaultProbeInterval, "client: how often CSI plugins are health-probed")
+	fs.DurationVar(&f.nodeLease, "node-lease", defaultNodeLease, "client: this node's lease; before it runs out unrenewed the node fences its fence-policy volumes (0: no lease, they wait like wait-policy ones)")
+	fs.StringVar(&f.fenceCommand, "fence-command", "", "client: shell command run before a fence unmounts a volume, to stop what writes through it (env CLAIMD_ALLOC_ID, CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH, CLAIMD_NODE_ID)")
+	fs.Float64Var(&f.clockRate, "clock-rate", 1, "testing only: run this client's lease clock at this rate of real time (0.5-2)")
 	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
@@ -322,6 +331,7 @@ func (a *agent) startClient() error {
 	ca, err := client.New(client.Config{
 		Servers: a.servers, DataDir: dataDir, NodeName: a.f.nodeName, Plugins: a.f.plugins, Logger: a.logger,
 		ProbeInterval: a.f.probeInterval, TLS: a.tls, TLSAllowPlaintext: a.f.tlsAllowPlain,
+		NodeLease: a.f.nodeLease, FenceCommand: a.f.fenceCommand, ClockRate: a.f.clockRate,
 		RegisterToken: api.TokenFromEnv(a.f.aclToken),
 	})
 	if err != nil {

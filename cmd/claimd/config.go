@@ -105,6 +105,8 @@ var configKeys = []configKey{
 	{"client", "servers", "servers", kList, false, hostPorts, func(f *agentFlags) any { return &f.servers }},
 	{"client", "plugin_probe_interval", "plugin-probe-interval", kDuration, false, positive, func(f *agentFlags) any { return &f.probeInterval }},
 	{"client", "plugin", "csi-plugin", kPlugins, false, nil, func(f *agentFlags) any { return &f.plugins }},
+	{"client", "node_lease", "node-lease", kDuration, false, nodeLease, func(f *agentFlags) any { return &f.nodeLease }},
+	{"client", "fence_command", "fence-command", kString, false, nil, func(f *agentFlags) any { return &f.fenceCommand }},
 
 	// The TLS files are re-read on every SIGHUP (certificate rotation);
 	// pointing at other files needs a restart.
@@ -531,6 +533,13 @@ func hostPorts(v any) error {
 		if err := hostPort(s); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func nodeLease(v any) error {
+	if err := structs.ValidateNodeLease("node_lease", v.(time.Duration)); err != nil {
+		return err
 	}
 	return nil
 }

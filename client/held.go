@@ -1,0 +1,153 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/structs"
+)
+
+// heldClaim is a volume this node mounted for an allocation, with what a
+// fence needs to undo it without asking the servers: they may be out of
+// reach exactly when it is needed.
+type heldClaim struct {
+	AllocID        string                 `json:"alloc_id"`
+	VolumeID       string                 `json:"volume_id"`
+	PluginID       string                 `json:"plugin_id"`
+	ExternalID     string                 `json:"external_id"`
+	ReadOnly       bool                   `json:"read_only"`
+	AccessMode     structs.AccessMode     `json:"access_mode"`
+	AttachmentMode structs.AttachmentMode `json:"attachment_mode"`
+	MountOptions   *structs.MountOptions  `json:"mount_options,omitempty"`
+	// NodeLost is the policy the claim was taken under (the servers
+	// release by the same one: structs.EffectiveNodeLost).
+	NodeLost structs.NodeLostPolicy `json:"node_lost,omitempty"`
+	// MountPath is where the workload sees the volume (the fence hook's
+	// CLAIMD_MOUNT_PATH).
+	MountPath string `json:"mount_path,omitempty"`
+}
+
+func (h *heldClaim) key() string { return h.AllocID + "/" + h.VolumeID }
+
+func (h *heldClaim) usage() csi.UsageOptions {
+	return csi.UsageOptions{ReadOnly: h.ReadOnly, AccessMode: h.AccessMode, AttachmentMode: h.AttachmentMode, MountOptions: h.MountOptions}
+}
+
+// heldClaims is the node's list of held claims, kept in the data dir
+// (held-claims.json) so that a restarted agent still knows what to fence.
+type heldClaims struct {
+	path string
+
+	mu     sync.Mutex
+	claims map[string]*heldClaim
+}
+
+const heldClaimsFile = "held-claims.json"
+
+func loadHeldClaims(dir string) (*heldClaims, error) {
+	h := &heldClaims{path: filepath.Join(dir, heldClaimsFile), claims: map[string]*heldClaim{}}
+	b, err := os.ReadFile(h.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return h, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []*heldClaim
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("read %s: %w", h.path, err)
+	}
+	for _, c := range list {
+		h.claims[c.key()] = c
+	}
+	return h, nil
+}
+
+// add records a claim before its volume is mounted: a fence that starts
+// while the mount runs must know of it.
+func (h *heldClaims) add(c *heldClaim) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.claims[c.key()] = c
+	return h.saveLocked()
+}
+
+// remove forgets a claim once its volume is unmounted here.
+func (h *heldClaims) remove(allocID, volumeID string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := allocID + "/" + volumeID
+	if _, ok := h.claims[key]; !ok {
+		return nil
+	}
+	delete(h.claims, key)
+	return h.saveLocked()
+}
+
+// fenceable lists the claims a fence undoes: those taken under the fence
+// policy (readers too: unmounting a reader costs nothing, and the servers
+// skip the node detach of every claim under the policy), in a stable order.
+func (h *heldClaims) fenceable() []*heldClaim {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*heldClaim
+	for _, c := range h.claims {
+		if c.NodeLost == structs.NodeLostFence {
+			cc := *c
+			out = append(out, &cc)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
+func (h *heldClaims) saveLocked() error {
+	list := make([]*heldClaim, 0, len(h.claims))
+	for _, c := range h.claims {
+		list = append(list, c)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].key() < list[j].key() })
+	b, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return writeFileDurable(h.path, b)
+}
+
+// writeFileDurable replaces path with b so that a crash, of the agent or
+// of the machine, leaves the old file or the new one whole: temp file,
+// fsync, rename, fsync of the directory.
+func writeFileDurable(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
