@@ -375,3 +375,60 @@ func testNodeFence(t *testing.T, clockRate float64) {
 	}
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
 }
+
+// The leader is lost together with the node: the new leader has heard no
+// heartbeat from w1 and counts the lease from when it took office, so
+// the volume still moves only after the fence, in order.
+func TestNodeFence_LeaderLostWithTheNode(t *testing.T) {
+	e := newFenceEnv(t, 1)
+	e.registerPolicy(t, "vf", structs.NodeLostFence)
+	e.run(t, "a1", "w1", "vf")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	mount := mountPath(t, e.clients["w1"], "a1", "vf")
+	wr := startWriter(t, "w1", mount, filepath.Join(e.pidDir, "a1-vf"))
+
+	leader := e.c.WaitForLeader(electionWait)
+	cut := time.Now()
+	e.c.Net.Isolate("w1")
+	leader.Stop()
+	for _, s := range e.c.Servers {
+		if s.Running() {
+			e.api = s.Client()
+			break
+		}
+	}
+	newLeader := e.c.WaitForLeader(electionWait)
+	elected := time.Now()
+	select {
+	case <-wr.done:
+	case <-time.After(fenceLease + 10*time.Second):
+		t.Fatal("writer on the fenced volume exp: killed by the fence command got: still running")
+	}
+	e.run(t, "a3", "w2", "vf")
+	harness.WaitFor(t, structs.LeaseExpiry(fenceLease)+30*time.Second, func() error {
+		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a3", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if a.ClientStatus != structs.AllocClientRunning {
+			return fmt.Errorf("a3 on w2 exp: running got: %s (%s)", a.ClientStatus, a.ClientDescription)
+		}
+		return nil
+	})
+	unpub := firstOK(e.nodes["w1"].Audit(), "NodeUnpublishVolume", "ext-vf", "")
+	ctrl := firstOK(e.controller.Audit(), "ControllerUnpublishVolume", "ext-vf", "ext-w1")
+	pub := firstOK(e.nodes["w2"].Audit(), "NodePublishVolume", "ext-vf", "")
+	if unpub.IsZero() || !unpub.Before(ctrl) || !ctrl.Before(pub) {
+		t.Fatalf("order exp: w1 NodeUnpublish < ControllerUnpublish < w2 NodePublish got: %s, %s, %s", unpub, ctrl, pub)
+	}
+	// The new leader took office after the cut and heard nothing from w1
+	// since: it must not have acted before its own lease clock ran out
+	// (WaitForLeader returned after it took office, hence the slack of
+	// one poll).
+	if got := ctrl.Sub(elected); got < structs.LeaseExpiry(fenceLease)-time.Second {
+		t.Fatalf("new leader %s exp: controller detach at least %s after taking office got: %s (cut %s before)",
+			newLeader.Name, structs.LeaseExpiry(fenceLease), got, elected.Sub(cut))
+	}
+	t.Logf("leader lost with the node: new leader after %s, volume moved %s after the cut",
+		elected.Sub(cut).Round(10*time.Millisecond), pub.Sub(cut).Round(10*time.Millisecond))
+}
