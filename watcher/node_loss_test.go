@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -224,5 +225,17 @@ func TestLeaseArithmetic_ServersWaitAtLeastTheLeaseOnTheirSlowestClockAndAgentsS
 		if !(agentReal <= float64(lease)+1 && serverReal >= float64(lease)+float64(structs.LeaseMargin)/(1+structs.LeaseClockDrift)-1) {
 			t.Fatalf("lease %s: exp: agent done by %s ≤ lease < server acts at %s", lease, time.Duration(agentReal), time.Duration(serverReal))
 		}
+	}
+}
+
+// Only a release that waits for nothing but leases is logged quietly.
+func TestOnlyLeaseWaits(t *testing.T) {
+	lw := &leaseWait{node: "n1", at: time.Now()}
+	wrapped := fmt.Errorf("alloc a1 on node n1: node detach: %w", lw)
+	if !onlyLeaseWaits(wrapped) || !onlyLeaseWaits(errors.Join(wrapped, wrapped)) {
+		t.Fatal("lease waits exp: recognised got: not")
+	}
+	if onlyLeaseWaits(errors.Join(wrapped, errors.New("controller detach: unavailable"))) || onlyLeaseWaits(errors.New("x")) {
+		t.Fatal("a real failure beside a lease wait exp: not only lease waits got: only")
 	}
 }

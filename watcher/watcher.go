@@ -277,11 +277,21 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 	var lw *leaseWait
 	if errors.As(err, &lw) {
 		delay = min(delay, max(time.Until(lw.at), 0)+10*time.Millisecond)
+		// Waiting for a lease is expected, not a failure: say so once
+		// per lease expiry, not on every retry.
+		if !v.status.LeaseExpiresAt.Equal(lw.at) {
+			w.logger.Info("release waits for a lost node's lease to run out", "volume", volID, "node", lw.node,
+				"lease_runs_out", lw.at.Round(0).UTC())
+		}
 		v.status.LeaseExpiresAt = lw.at
 	}
 	v.status.NextTry = time.Now().Add(delay)
-	w.logger.Warn("release failed; will retry", "volume", volID, "evals", w.pendingEvalIDs(volID),
-		"attempt", v.status.Attempts, "retry_in", delay, "error", err)
+	if lw == nil || !onlyLeaseWaits(err) {
+		w.logger.Warn("release failed; will retry", "volume", volID, "evals", w.pendingEvalIDs(volID),
+			"attempt", v.status.Attempts, "retry_in", delay, "error", err)
+	} else {
+		w.logger.Debug("release waits for a lease; will retry", "volume", volID, "attempt", v.status.Attempts, "retry_in", delay)
+	}
 	v.timer = time.AfterFunc(delay, func() {
 		w.mu.Lock()
 		if cur := w.vols[volID]; cur == v {
@@ -290,6 +300,21 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 		w.mu.Unlock()
 		w.enqueue(volID, false)
 	})
+}
+
+// onlyLeaseWaits reports whether every error joined in err is a release
+// waiting for a lease: only then is the retry not worth a warning.
+func onlyLeaseWaits(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyLeaseWaits(e) {
+				return false
+			}
+		}
+		return true
+	}
+	var lw *leaseWait
+	return errors.As(err, &lw)
 }
 
 // backoff is called with w.mu held (SetBackoff changes the bounds).
