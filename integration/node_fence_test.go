@@ -432,3 +432,70 @@ func TestNodeFence_LeaderLostWithTheNode(t *testing.T) {
 	t.Logf("leader lost with the node: new leader after %s, volume moved %s after the cut",
 		elected.Sub(cut).Round(10*time.Millisecond), pub.Sub(cut).Round(10*time.Millisecond))
 }
+
+// A fence whose unmount fails is recorded and reported, and the servers
+// move the volume anyway once the lease has run out: they wait for the
+// lease, not for the node's word (the fence command already stopped the
+// writer). When the node is back its agent finishes the unmount.
+func TestNodeFence_FailedUnmountIsReportedAndFinishedLater(t *testing.T) {
+	e := newFenceEnv(t, 1)
+	e.registerPolicy(t, "vf", structs.NodeLostFence)
+	e.run(t, "a1", "w1", "vf")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	w1 := e.clients["w1"]
+	node1 := w1.NodeID()
+	mount := mountPath(t, w1, "a1", "vf")
+	wr := startWriter(t, "w1", mount, filepath.Join(e.pidDir, "a1-vf"))
+	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 1000}})
+
+	e.c.Net.Isolate("w1")
+	select {
+	case <-wr.done:
+	case <-time.After(fenceLease + 10*time.Second):
+		t.Fatal("writer exp: killed by the fence command got: still running")
+	}
+	harness.WaitFor(t, 10*time.Second, func() error {
+		b, err := os.ReadFile(filepath.Join(w1.DataDir, "fence.json"))
+		if err != nil {
+			return err
+		}
+		var rec struct{ Report *structs.FenceReport }
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return err
+		}
+		if rec.Report == nil || len(rec.Report.Volumes) != 1 || rec.Report.Volumes[0].Unmounted ||
+			!rec.Report.Volumes[0].HookOK || !strings.Contains(rec.Report.Volumes[0].Error, "unpublish") {
+			return fmt.Errorf("fence record exp: hook ok, unmount failed with the error got: %s", b)
+		}
+		return nil
+	})
+
+	e.run(t, "a3", "w2", "vf")
+	e.waitAlloc(t, "a3", structs.AllocClientRunning)
+
+	e.nodes["w1"].SetControl(hostdir.Control{Seq: 1})
+	e.c.Net.Heal()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		n, _, err := e.api.Node(harness.Ctx(t, 10*time.Second), node1, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if n.LastFence == nil || len(n.LastFence.Volumes) != 1 || n.LastFence.Volumes[0].Error == "" {
+			return fmt.Errorf("node w1 exp: fence report with the unmount error got: %+v", n.LastFence)
+		}
+		return nil
+	})
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if n := countCalls(e.nodes["w1"].Audit(), "NodeUnpublishVolume", "ext-vf", "ok"); n == 0 {
+			return fmt.Errorf("w1 NodeUnpublish of vf after it came back exp: done got: none")
+		}
+		b, err := os.ReadFile(filepath.Join(w1.DataDir, "held-claims.json"))
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), `"vf"`) {
+			return fmt.Errorf("held claims exp: vf gone got: %s", b)
+		}
+		return nil
+	})
+}
