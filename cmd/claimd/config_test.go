@@ -54,6 +54,8 @@ client {
   enabled               = true
   servers               = ["10.0.0.1:4647"]
   plugin_probe_interval = "7s"
+  node_lease            = "45s"
+  fence_command         = "/usr/local/bin/stop-workload"
   plugin "hostdir" {
     type   = "monolith"
     socket = "/run/csi/hostdir.sock"
@@ -95,6 +97,7 @@ const fullJSON = `{
   },
   "client": {
     "enabled": true, "servers": ["10.0.0.1:4647"], "plugin_probe_interval": "7s",
+    "node_lease": "45s", "fence_command": "/usr/local/bin/stop-workload",
     "plugin": {
       "hostdir": {"type": "monolith", "socket": "/run/csi/hostdir.sock"},
       "ebs": {"type": "node", "socket": "unix:///run/csi/ebs.sock"}
@@ -153,6 +156,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		heartbeatTTL: 20 * time.Second, claimGCInterval: 10 * time.Minute, releaseWorkers: 8,
 		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
+		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload",
 		plugins: pluginFlags{
 			{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: "/run/csi/hostdir.sock"},
 			{ID: "ebs", Type: csi.PluginTypeNode, Socket: "unix:///run/csi/ebs.sock"},
@@ -180,6 +184,9 @@ func TestConfigFile_EveryAgentFlagHasAKey(t *testing.T) {
 		t.Fatalf("agent -h exp: a flag list with -server and -config got:\n%s", errb.String())
 	}
 	delete(flags, "config")
+	// A testing knob (the lease clock's rate) is a flag only: a config
+	// file is where production settings live.
+	delete(flags, "clock-rate")
 	keys := map[string]bool{}
 	for _, k := range configKeys {
 		if k.flag != "" {
@@ -332,6 +339,8 @@ func TestConfigFile_BadFilesAreRefusedNamingFileLineAndKey(t *testing.T) {
 		{"unknown block", "a.hcl", "\nservr {\n}\n", []string{"a.hcl:2:", `"servr"`}},
 		{"bad duration", "a.hcl", "server {\n  heartbeat_ttl = \"10 seconds\"\n}\n",
 			[]string{"a.hcl:2:", "server.heartbeat_ttl", `"10 seconds" is not a duration`}},
+		{"lease out of range", "a.hcl", "client {\n  node_lease = \"1s\"\n}\n",
+			[]string{"a.hcl:2:", "client.node_lease", "1s is not between 2s and 1h0m0s"}},
 		{"number for a duration", "a.hcl", "client {\n\n  plugin_probe_interval = 5\n}\n",
 			[]string{"a.hcl:3:", "client.plugin_probe_interval", "want a duration string", "got the number 5"}},
 		{"string for a number", "a.hcl", "server {\n  bootstrap_expect = \"3\"\n}\n",
