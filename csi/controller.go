@@ -23,6 +23,11 @@ type ControllerCapabilities struct {
 	ListVolumes          bool
 	GetCapacity          bool
 	CloneVolume          bool
+	ListPublishedNodes   bool
+	GetVolume            bool
+	VolumeHealth         bool
+	ListVolumeHealth     bool
+	ModifyVolume         bool
 }
 
 // ControllerGetCapabilities asks which controller RPCs the plugin serves.
@@ -52,6 +57,16 @@ func (c *Client) ControllerGetCapabilities(ctx context.Context) (*ControllerCapa
 			out.GetCapacity = true
 		case csipb.ControllerServiceCapability_RPC_CLONE_VOLUME:
 			out.CloneVolume = true
+		case csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES:
+			out.ListPublishedNodes = true
+		case csipb.ControllerServiceCapability_RPC_GET_VOLUME:
+			out.GetVolume = true
+		case csipb.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH:
+			out.VolumeHealth = true
+		case csipb.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH:
+			out.ListVolumeHealth = true
+		case csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME:
+			out.ModifyVolume = true
 		}
 	}
 	return out, nil

@@ -19,6 +19,11 @@ func (c ControllerCapabilities) Structs() *structs.CSIControllerCapabilities {
 		ListVolumes:          c.ListVolumes,
 		GetCapacity:          c.GetCapacity,
 		CloneVolume:          c.CloneVolume,
+		ListPublishedNodes:   c.ListPublishedNodes,
+		GetVolume:            c.GetVolume,
+		VolumeHealth:         c.VolumeHealth,
+		ListVolumeHealth:     c.ListVolumeHealth,
+		ModifyVolume:         c.ModifyVolume,
 	}
 }
 
@@ -26,9 +31,11 @@ func (c ControllerCapabilities) Structs() *structs.CSIControllerCapabilities {
 // the plugin table shows.
 func (c NodeCapabilities) Structs() *structs.CSINodeCapabilities {
 	return &structs.CSINodeCapabilities{
-		StageUnstageVolume: c.StageUnstageVolume,
-		ExpandVolume:       c.ExpandVolume,
-		GetVolumeStats:     c.GetVolumeStats,
+		StageUnstageVolume:    c.StageUnstageVolume,
+		ExpandVolume:          c.ExpandVolume,
+		GetVolumeStats:        c.GetVolumeStats,
+		VolumeHealth:          c.VolumeHealth,
+		SingleNodeMultiWriter: c.SingleNodeMultiWriter,
 	}
 }
 

@@ -26,6 +26,11 @@ type NodeCapabilities struct {
 	StageUnstageVolume bool
 	GetVolumeStats     bool
 	ExpandVolume       bool
+	// VolumeHealth: NodeGetVolumeHealth answers.
+	VolumeHealth bool
+	// SingleNodeMultiWriter: the single-node-single-writer and
+	// single-node-multi-writer access modes are understood.
+	SingleNodeMultiWriter bool
 }
 
 // NodeGetInfo asks the node plugin who it is.
@@ -56,6 +61,10 @@ func (c *Client) NodeGetCapabilities(ctx context.Context) (*NodeCapabilities, er
 			out.GetVolumeStats = true
 		case csipb.NodeServiceCapability_RPC_EXPAND_VOLUME:
 			out.ExpandVolume = true
+		case csipb.NodeServiceCapability_RPC_GET_VOLUME_HEALTH:
+			out.VolumeHealth = true
+		case csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER:
+			out.SingleNodeMultiWriter = true
 		}
 	}
 	return out, nil

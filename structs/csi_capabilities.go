@@ -20,6 +20,18 @@ type CSIControllerCapabilities struct {
 	ListVolumes          bool `json:"list_volumes,omitempty"`
 	GetCapacity          bool `json:"get_capacity,omitempty"`
 	CloneVolume          bool `json:"clone_volume,omitempty"`
+	// ListPublishedNodes: ListVolumes reports each volume's published
+	// nodes, which reconciliation compares with claimd's attachments.
+	ListPublishedNodes bool `json:"list_published_nodes,omitempty"`
+	// GetVolume: ControllerGetVolume answers for one volume.
+	GetVolume bool `json:"get_volume,omitempty"`
+	// VolumeHealth: ControllerGetVolumeHealth (GET_VOLUME_HEALTH) and,
+	// with ListVolumeHealth, ControllerListVolumeHealth answer (CSI 1.13
+	// replaced the older VOLUME_CONDITION with these).
+	VolumeHealth     bool `json:"volume_health,omitempty"`
+	ListVolumeHealth bool `json:"list_volume_health,omitempty"`
+	// ModifyVolume: ControllerModifyVolume changes mutable parameters.
+	ModifyVolume bool `json:"modify_volume,omitempty"`
 }
 
 // Names lists the advertised capabilities in a fixed order, for display.
@@ -32,6 +44,8 @@ func (c *CSIControllerCapabilities) Names() []string {
 		{"publish_readonly", c.PublishReadOnly}, {"create_delete_snapshot", c.CreateDeleteSnapshot},
 		{"list_snapshots", c.ListSnapshots}, {"expand_volume", c.ExpandVolume},
 		{"list_volumes", c.ListVolumes}, {"get_capacity", c.GetCapacity}, {"clone_volume", c.CloneVolume},
+		{"list_published_nodes", c.ListPublishedNodes}, {"get_volume", c.GetVolume},
+		{"volume_health", c.VolumeHealth}, {"list_volume_health", c.ListVolumeHealth}, {"modify_volume", c.ModifyVolume},
 	})
 }
 
@@ -50,6 +64,11 @@ type CSINodeCapabilities struct {
 	StageUnstageVolume bool `json:"stage_unstage_volume,omitempty"`
 	ExpandVolume       bool `json:"expand_volume,omitempty"`
 	GetVolumeStats     bool `json:"get_volume_stats,omitempty"`
+	// VolumeHealth: NodeGetVolumeHealth answers (GET_VOLUME_HEALTH).
+	VolumeHealth bool `json:"volume_health,omitempty"`
+	// SingleNodeMultiWriter: the plugin takes the single-node-single-writer
+	// and single-node-multi-writer access modes (CSI 1.5).
+	SingleNodeMultiWriter bool `json:"single_node_multi_writer,omitempty"`
 }
 
 // Names lists the advertised capabilities in a fixed order, for display.
@@ -59,7 +78,8 @@ func (c *CSINodeCapabilities) Names() []string {
 	}
 	return capabilityNames([]namedCap{
 		{"stage_unstage_volume", c.StageUnstageVolume}, {"expand_volume", c.ExpandVolume},
-		{"get_volume_stats", c.GetVolumeStats},
+		{"get_volume_stats", c.GetVolumeStats}, {"volume_health", c.VolumeHealth},
+		{"single_node_multi_writer", c.SingleNodeMultiWriter},
 	})
 }
 
