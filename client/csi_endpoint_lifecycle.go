@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/structs"
@@ -113,5 +114,42 @@ func (e *csiEndpoint) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest,
 		return pluginError(err)
 	}
 	reply.Paths, reply.Capacity = paths, capacity
+	return nil
+}
+
+// ControllerListVolumes asks this node's controller plugin what the
+// storage holds, for reconciliation: every volume, or one.
+func (e *csiEndpoint) ControllerListVolumes(args *structs.ClientCSIControllerListVolumesRequest, reply *structs.ClientCSIControllerListVolumesResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	caps, err := c.ControllerGetCapabilities(ctx)
+	if err != nil {
+		return pluginError(err)
+	}
+	if args.ExternalID != "" {
+		if !caps.GetVolume {
+			return structs.Invalid("plugin_id", fmt.Sprintf("controller plugin %q does not offer GET_VOLUME", args.PluginID))
+		}
+		v, err := c.ControllerGetVolume(ctx, args.ExternalID)
+		if err != nil {
+			return pluginError(err)
+		}
+		reply.Volumes = []*structs.StorageVolume{v}
+	} else {
+		if !caps.ListVolumes {
+			return structs.Invalid("plugin_id", fmt.Sprintf("controller plugin %q does not offer LIST_VOLUMES", args.PluginID))
+		}
+		vols, err := c.ListVolumes(ctx)
+		if err != nil {
+			return pluginError(err)
+		}
+		reply.Volumes = vols
+	}
+	reply.PublishedNodes = caps.ListPublishedNodes
+	reply.ControllerNodeID = e.a.ident.ID
 	return nil
 }

@@ -8,16 +8,6 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 )
 
-// ListedVolume is one volume as the storage reports it: the other side
-// of claimd's record, for reconciliation.
-type ListedVolume struct {
-	ExternalID string
-	Capacity   int64
-	// PublishedNodes are the plugin's node IDs the volume is
-	// controller-published to (LIST_VOLUMES_PUBLISHED_NODES).
-	PublishedNodes []string
-}
-
 // maxListPages bounds one listing: a plugin that keeps answering with a
 // next token must not hold a reconciliation forever.
 const maxListPages = 1000
@@ -25,8 +15,8 @@ const maxListPages = 1000
 // ListVolumes lists every volume of the plugin, following next tokens. A
 // plugin that answers ABORTED (its list changed under a token) is asked
 // from the start again by the caller's next round.
-func (c *Client) ListVolumes(ctx context.Context) ([]*ListedVolume, error) {
-	var out []*ListedVolume
+func (c *Client) ListVolumes(ctx context.Context) ([]*structs.StorageVolume, error) {
+	var out []*structs.StorageVolume
 	token := ""
 	for page := 0; ; page++ {
 		if page == maxListPages {
@@ -41,7 +31,7 @@ func (c *Client) ListVolumes(ctx context.Context) ([]*ListedVolume, error) {
 			if v.GetVolumeId() == "" {
 				continue
 			}
-			lv := &ListedVolume{ExternalID: v.GetVolumeId(), Capacity: v.GetCapacityBytes()}
+			lv := &structs.StorageVolume{ExternalID: v.GetVolumeId(), Capacity: v.GetCapacityBytes()}
 			if st := e.GetStatus(); st != nil {
 				lv.PublishedNodes = st.GetPublishedNodeIds()
 			}
@@ -55,13 +45,13 @@ func (c *Client) ListVolumes(ctx context.Context) ([]*ListedVolume, error) {
 }
 
 // ControllerGetVolume asks the storage about one volume.
-func (c *Client) ControllerGetVolume(ctx context.Context, externalID string) (*ListedVolume, error) {
+func (c *Client) ControllerGetVolume(ctx context.Context, externalID string) (*structs.StorageVolume, error) {
 	resp, err := invoke(ctx, c, "ControllerGetVolume", &csipb.ControllerGetVolumeRequest{VolumeId: externalID}, c.controller.ControllerGetVolume)
 	if err != nil {
 		return nil, err
 	}
 	v := resp.GetVolume()
-	lv := &ListedVolume{ExternalID: v.GetVolumeId(), Capacity: v.GetCapacityBytes()}
+	lv := &structs.StorageVolume{ExternalID: v.GetVolumeId(), Capacity: v.GetCapacityBytes()}
 	if lv.ExternalID == "" {
 		lv.ExternalID = externalID
 	}

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -22,7 +21,7 @@ import (
 type Input struct {
 	PluginID      string
 	Before, After []*structs.Volume
-	Listed        []*csi.ListedVolume
+	Listed        []*structs.StorageVolume
 	// Nodes maps the plugin's node IDs to claimd's node IDs.
 	Nodes map[string]string
 	// Previous is the last round's report: a finding seen again keeps
@@ -47,8 +46,8 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 		}
 		findings = append(findings, f)
 	}
-	var unknown []*csi.ListedVolume
-	listed := map[string]*csi.ListedVolume{}
+	var unknown []*structs.StorageVolume
+	listed := map[string]*structs.StorageVolume{}
 	for _, lv := range in.Listed {
 		listed[lv.ExternalID] = lv
 		vb, va := before[lv.ExternalID], after[lv.ExternalID]

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -43,35 +42,35 @@ func TestCompare(t *testing.T) {
 	tests := []struct {
 		name          string
 		before, after []*structs.Volume
-		listed        []*csi.ListedVolume
+		listed        []*structs.StorageVolume
 		want          []string
 	}{
 		{"agree", []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))}, []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
 		{"orphan: attached where no claim is", []*structs.Volume{vol("v1")}, []*structs.Volume{vol("v1")},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9"}}}, []string{"orphan ext-v1 x9 "}},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9"}}}, []string{"orphan ext-v1 x9 "}},
 		{"a releasing claim explains its attachment", []*structs.Volume{vol("v1", claim("a1", "x1", true, structs.ClaimStateNodeDetached))},
 			[]*structs.Volume{vol("v1", claim("a1", "x1", true, structs.ClaimStateNodeDetached))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
 		{"a claim taken during the listing is no orphan", []*structs.Volume{vol("v1")}, []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
 		{"a claim freed during the listing is no orphan", []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))}, []*structs.Volume{vol("v1")},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x1"}}}, nil},
 		{"missing: published claim the storage does not show", []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
 			[]*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1"}}, []string{"missing ext-v1 x1 a1"}},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1"}}, []string{"missing ext-v1 x1 a1"}},
 		{"missing also when the storage lost the whole volume", []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
 			[]*structs.Volume{vol("v1", claim("a1", "x1", true, taken))}, nil, []string{"missing ext-v1 x1 a1"}},
 		{"a claim not yet published is not missing", []*structs.Volume{vol("v1", claim("a1", "x1", false, taken))},
 			[]*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1"}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1"}}, nil},
 		{"a claim released during the listing is not missing", []*structs.Volume{vol("v1", claim("a1", "x1", true, taken))},
 			[]*structs.Volume{vol("v1", claim("a1", "x1", true, structs.ClaimStateUnpublishing))},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1"}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1"}}, nil},
 		{"unknown volume listed, known counted", []*structs.Volume{vol("v1")}, []*structs.Volume{vol("v1")},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1"}, {ExternalID: "stray"}}, []string{"unknown-volume stray  "}},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1"}, {ExternalID: "stray"}}, []string{"unknown-volume stray  "}},
 		{"a volume registered during the listing is neither", nil, []*structs.Volume{vol("v1")},
-			[]*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9"}}}, nil},
+			[]*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9"}}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +92,7 @@ func TestCompare(t *testing.T) {
 // counts from then); a new one starts now.
 func TestCompare_FirstSeenCarriesOver(t *testing.T) {
 	v := []*structs.Volume{vol("v1")}
-	listed := []*csi.ListedVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9", "x8"}}}
+	listed := []*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9", "x8"}}}
 	first, known, _ := Compare(Input{Before: v, After: v, Listed: listed, Now: time.Unix(100, 0)})
 	if known != 1 || len(first) != 2 {
 		t.Fatalf("first round exp: 2 orphans of 1 known volume got: %d %d", len(first), known)
@@ -113,9 +112,9 @@ func TestCompare_FirstSeenCarriesOver(t *testing.T) {
 
 // Unknown volumes are bounded; the rest is counted.
 func TestCompare_UnknownBounded(t *testing.T) {
-	var listed []*csi.ListedVolume
+	var listed []*structs.StorageVolume
 	for i := 0; i < structs.MaxUnknownVolumes+7; i++ {
-		listed = append(listed, &csi.ListedVolume{ExternalID: string(rune('a'+i%26)) + time.Duration(i).String()})
+		listed = append(listed, &structs.StorageVolume{ExternalID: string(rune('a'+i%26)) + time.Duration(i).String()})
 	}
 	got, _, truncated := Compare(Input{Listed: listed, Now: time.Unix(1, 0)})
 	if len(got) != structs.MaxUnknownVolumes || truncated != 7 {

@@ -25,6 +25,16 @@ const (
 	FindingUnknownVolume FindingKind = "unknown-volume"
 )
 
+// StorageVolume is one volume as the storage reports it (ListVolumes,
+// ControllerGetVolume): the other side of claimd's record.
+type StorageVolume struct {
+	ExternalID string `json:"external_id"`
+	Capacity   int64  `json:"capacity,omitempty"`
+	// PublishedNodes are the plugin's node IDs the volume is
+	// controller-published to (LIST_VOLUMES_PUBLISHED_NODES).
+	PublishedNodes []string `json:"published_nodes,omitempty"`
+}
+
 // StorageFinding is one disagreement.
 type StorageFinding struct {
 	Kind FindingKind `json:"kind"`
@@ -137,4 +147,22 @@ func (r *StorageReport) ForVolume(volumeID string) []*StorageFinding {
 		}
 	}
 	return out
+}
+
+// ClientCSIControllerListVolumesRequest asks a controller plugin what the
+// storage holds: every volume (ListVolumes, all pages), or one when
+// ExternalID is set (ControllerGetVolume, which the plugin must offer).
+type ClientCSIControllerListVolumesRequest struct {
+	CSIControllerQuery
+	ExternalID string
+	NodeRouting
+}
+
+// ClientCSIControllerListVolumesResponse is the storage's answer, with
+// what the controller can report: published nodes only when
+// PublishedNodes is set (otherwise a volume's empty list means nothing).
+type ClientCSIControllerListVolumesResponse struct {
+	Volumes          []*StorageVolume
+	PublishedNodes   bool
+	ControllerNodeID string
 }
