@@ -26,6 +26,9 @@ const (
 	// tokens by accessor ID (with an index on the secret's hash).
 	TableACLPolicies = "acl_policies"
 	TableACLTokens   = "acl_tokens"
+	// TableStorageReports holds each plugin's last reconciliation round
+	// (structs.StorageReport), by plugin ID.
+	TableStorageReports = "storage_reports"
 )
 
 // Index names beside the "id" primary index.
@@ -87,6 +90,9 @@ func schema() *memdb.DBSchema {
 			indexVolume: secondary(indexVolume, func(e *structs.Eval) string { return e.VolumeID }),
 			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
 				Indexer: pendingSinceIndexer{}},
+		}},
+		TableStorageReports: {Name: TableStorageReports, Indexes: map[string]*memdb.IndexSchema{
+			indexID: primary(func(r *structs.StorageReport) string { return r.PluginID }),
 		}},
 		TableACLPolicies: {Name: TableACLPolicies, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(p *structs.ACLPolicy) string { return p.Name }),

@@ -47,7 +47,9 @@ const (
 	// ACL rows: a snapshot written before ACLs existed simply has none.
 	kindACLPolicy recordKind = 7
 	kindACLToken  recordKind = 8
-	kindEnd       recordKind = 255
+	// Storage reports: a snapshot written before reconciliation has none.
+	kindStorageReport recordKind = 9
+	kindEnd           recordKind = 255
 )
 
 // snapshotTables lists what a snapshot holds, in the order written.
@@ -64,6 +66,7 @@ var snapshotTables = []struct {
 	{TableEvals, kindEval, func() any { return new(structs.Eval) }},
 	{TableACLPolicies, kindACLPolicy, func() any { return new(structs.ACLPolicy) }},
 	{TableACLTokens, kindACLToken, func() any { return new(structs.ACLToken) }},
+	{TableStorageReports, kindStorageReport, func() any { return new(structs.StorageReport) }},
 }
 
 // snapshotHandle is structs.MsgpackHandle plus Canonical: map keys are

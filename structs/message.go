@@ -40,6 +40,11 @@ const (
 	ACLTokenDeleteRequestType    MessageType = 18
 	VolumeCapacityRequestType    MessageType = 19
 	NodeEligibilityRequestType   MessageType = 20
+	// StorageReportRequestType records a reconciliation round (issue 27).
+	// It is advisory, so its writer sets IgnoreUnknownTypeFlag: a server
+	// of an older version skips it during a rolling upgrade. 21 is left
+	// for the drain work landing beside it.
+	StorageReportRequestType MessageType = 22
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -166,3 +166,9 @@ type ClientCSIControllerListVolumesResponse struct {
 	PublishedNodes   bool
 	ControllerNodeID string
 }
+
+// StorageReportRequest records one reconciliation round of a plugin.
+type StorageReportRequest struct {
+	Report *StorageReport
+	WriteRequest
+}
