@@ -24,6 +24,10 @@ type Input struct {
 	Listed        []*structs.StorageVolume
 	// Nodes maps the plugin's node IDs to claimd's node IDs.
 	Nodes map[string]string
+	// PublishedNodes: the listing reports published nodes. Without them
+	// attachments cannot be compared (an empty list means nothing), and
+	// only unknown volumes are found.
+	PublishedNodes bool
 	// Previous is the last round's report: a finding seen again keeps
 	// its FirstSeen.
 	Previous *structs.StorageReport
@@ -56,7 +60,7 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 			continue
 		}
 		known++
-		if vb == nil || va == nil {
+		if vb == nil || va == nil || !in.PublishedNodes {
 			continue // registered or deregistered during the listing
 		}
 		explainedB, explainedA := claimNodes(vb), claimNodes(va)
@@ -70,9 +74,9 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 	}
 	// Missing: a live claim published before the listing began and still
 	// live after it ended, whose node the listing does not show.
-	for ext, vb := range before {
-		va := after[ext]
-		if va == nil {
+	for _, ext := range sortedKeys(before) {
+		vb, va := before[ext], after[ext]
+		if va == nil || !in.PublishedNodes {
 			continue
 		}
 		lv := listed[ext]
@@ -104,6 +108,15 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 		findings = findings[:structs.MaxStorageFindings]
 	}
 	return findings, known, unknownTruncated
+}
+
+func sortedKeys(m map[string]*structs.Volume) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // byExternalID indexes a plugin's volumes by the storage's volume ID.

@@ -74,7 +74,7 @@ func TestCompare(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, _ := Compare(Input{PluginID: "p", Before: tc.before, After: tc.after, Listed: tc.listed, Now: now})
+			got, _, _ := Compare(Input{PluginID: "p", Before: tc.before, After: tc.after, Listed: tc.listed, PublishedNodes: true, Now: now})
 			k := kinds(got)
 			if len(k) != len(tc.want) {
 				t.Fatalf("findings exp: %v got: %v", tc.want, k)
@@ -93,12 +93,12 @@ func TestCompare(t *testing.T) {
 func TestCompare_FirstSeenCarriesOver(t *testing.T) {
 	v := []*structs.Volume{vol("v1")}
 	listed := []*structs.StorageVolume{{ExternalID: "ext-v1", PublishedNodes: []string{"x9", "x8"}}}
-	first, known, _ := Compare(Input{Before: v, After: v, Listed: listed, Now: time.Unix(100, 0)})
+	first, known, _ := Compare(Input{Before: v, After: v, Listed: listed, PublishedNodes: true, Now: time.Unix(100, 0)})
 	if known != 1 || len(first) != 2 {
 		t.Fatalf("first round exp: 2 orphans of 1 known volume got: %d %d", len(first), known)
 	}
 	prev := &structs.StorageReport{Findings: first[:1]}
-	second, _, _ := Compare(Input{Before: v, After: v, Listed: listed, Previous: prev, Now: time.Unix(200, 0)})
+	second, _, _ := Compare(Input{Before: v, After: v, Listed: listed, PublishedNodes: true, Previous: prev, Now: time.Unix(200, 0)})
 	for _, f := range second {
 		want := time.Unix(200, 0)
 		if f.Key() == first[0].Key() {
@@ -119,5 +119,15 @@ func TestCompare_UnknownBounded(t *testing.T) {
 	got, _, truncated := Compare(Input{Listed: listed, Now: time.Unix(1, 0)})
 	if len(got) != structs.MaxUnknownVolumes || truncated != 7 {
 		t.Fatalf("unknown volumes exp: %d listed, 7 counted got: %d, %d", structs.MaxUnknownVolumes, len(got), truncated)
+	}
+}
+
+// Without published nodes in the listing nothing about attachments can
+// be said: only unknown volumes are reported.
+func TestCompare_WithoutPublishedNodesOnlyUnknownVolumes(t *testing.T) {
+	v := []*structs.Volume{vol("v1", claim("a1", "x1", true, structs.ClaimStateTaken))}
+	got, known, _ := Compare(Input{Before: v, After: v, Listed: []*structs.StorageVolume{{ExternalID: "ext-v1"}, {ExternalID: "stray"}}, Now: time.Unix(1, 0)})
+	if known != 1 || len(got) != 1 || got[0].Kind != structs.FindingUnknownVolume {
+		t.Fatalf("findings without published nodes exp: the unknown volume only got: %+v", got)
 	}
 }
