@@ -104,9 +104,13 @@ var methodAccess = map[string]access{
 	"Plugin.Get":  capability(acl.Plugin, acl.Read),
 	"Plugin.List": capability(acl.Plugin, acl.Read),
 
-	"Eval.Get":              capability(acl.Volume, acl.Read),
-	"Eval.List":             capability(acl.Volume, acl.Read),
-	"System.ReleaseStatus":  capability(acl.Volume, acl.Read),
+	"Eval.Get":             capability(acl.Volume, acl.Read),
+	"Eval.List":            capability(acl.Volume, acl.Read),
+	"System.ReleaseStatus": capability(acl.Volume, acl.Read),
+	// Reconcile lists the storage through a controller and records the
+	// round: a write. Reading the rounds is a volume read.
+	"Volume.Reconcile":      capability(acl.Volume, acl.Write),
+	"Volume.StorageReports": capability(acl.Volume, acl.Read),
 	"System.GarbageCollect": capability(acl.Operator, acl.Write),
 
 	"ClientCSI.ControllerAttachVolume":   {kind: serverOnly},
@@ -119,6 +123,7 @@ var methodAccess = map[string]access{
 	"ClientCSI.ControllerListSnapshots":  {kind: serverOnly},
 	"ClientCSI.ControllerExpandVolume":   {kind: serverOnly},
 	"ClientCSI.NodeExpandVolume":         {kind: serverOnly},
+	"ClientCSI.ControllerListVolumes":    {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

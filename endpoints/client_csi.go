@@ -61,6 +61,11 @@ func (c csiCalls) ControllerExpandVolume(args *structs.ClientCSIControllerExpand
 		func(node string) { reply.ControllerNodeID = node })
 }
 
+func (c csiCalls) ControllerListVolumes(args *structs.ClientCSIControllerListVolumesRequest, reply *structs.ClientCSIControllerListVolumesResponse) error {
+	return c.m.ControllerCall("ClientCSI.ControllerListVolumes", &args.CSIControllerQuery, &args.NodeRouting, args, reply,
+		func(node string) { reply.ControllerNodeID = node })
+}
+
 func (c csiCalls) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
 	return c.m.NodeDetach(args, reply)
 }
@@ -99,6 +104,15 @@ func (c *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 		return err
 	}
 	return csiOf(c.srv).ControllerDeleteVolume(args, reply)
+}
+
+// ControllerListVolumes asks a controller node what the storage holds
+// (reconciliation, forwarded from the leader).
+func (c *ClientCSI) ControllerListVolumes(args *structs.ClientCSIControllerListVolumesRequest, reply *structs.ClientCSIControllerListVolumesResponse) error {
+	if _, err := c.auth.check("ClientCSI.ControllerListVolumes", args); err != nil {
+		return err
+	}
+	return csiOf(c.srv).ControllerListVolumes(args, reply)
 }
 
 // NodeDetachVolume runs NodeUnpublish (and NodeUnstage when no other

@@ -133,6 +133,7 @@ type Deps struct {
 	Heartbeats  HeartbeatTimers
 	Releases    Releases
 	Attachments Attachments
+	Reconciler  Reconciler
 	// Tokens resolves ACL tokens (with a per-server cache); Security
 	// counts refused connections and calls. Both live in this package.
 	Tokens   *TokenResolver

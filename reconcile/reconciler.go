@@ -128,7 +128,7 @@ func (r *Reconciler) loop(ctx context.Context) {
 			continue
 		case <-tick:
 		}
-		for _, id := range r.plugins() {
+		for _, id := range r.Plugins() {
 			if ctx.Err() != nil {
 				return
 			}
@@ -139,9 +139,9 @@ func (r *Reconciler) loop(ctx context.Context) {
 	}
 }
 
-// plugins lists the plugins that have a controller (a node-only plugin
+// Plugins lists the plugins that have a controller (a node-only plugin
 // has no storage-side attachments to compare).
-func (r *Reconciler) plugins() []string {
+func (r *Reconciler) Plugins() []string {
 	ps, err := r.state.State().Plugins(nil)
 	if err != nil {
 		return nil

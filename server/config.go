@@ -44,6 +44,9 @@ type Config struct {
 	ReleaseBackoffMax  time.Duration
 	// ClaimGCInterval is how often the claim GC runs (0 = 5 min).
 	ClaimGCInterval time.Duration
+	// ReconcileInterval is how often the leader compares each plugin's
+	// storage with claimd's record (0 = 1 min, negative = only on demand).
+	ReconcileInterval time.Duration
 	// Autopilot tunes the leader's Raft health checks and dead-server
 	// cleanup (server/autopilot.go).
 	Autopilot AutopilotConfig

@@ -22,6 +22,7 @@ import (
 	"github.com/claimd/claimd/forward"
 	"github.com/claimd/claimd/fsm"
 	"github.com/claimd/claimd/raftnode"
+	"github.com/claimd/claimd/reconcile"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/watcher"
@@ -43,8 +44,10 @@ type Server struct {
 	fwd      *forward.Forwarder
 	nodes    *forward.NodeRouter
 	watcher  *watcher.Watcher
-	beats    *watcher.Heartbeats
-	attach   *attachment.Manager
+	// reconciler compares the storage with the record (issue 27).
+	reconciler *reconcile.Reconciler
+	beats      *watcher.Heartbeats
+	attach     *attachment.Manager
 	// limits is this server's share of the RPC port's limits.
 	limits *rpcLimits
 	// deps is what the endpoints see of this server, collected once.
@@ -194,13 +197,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
 	s.watcher.SetLeases(s.beats)
+	s.reconciler = reconcile.New(s, s, s.attach, cfg.ReconcileInterval, s.logger)
 	s.deps = &endpoints.Deps{
 		Forwarder: s.fwd, Writer: s, Reader: s, Cluster: s,
-		Sessions: s.nodes, Heartbeats: s.beats, Releases: s.watcher, Attachments: s.attach,
+		Sessions: s.nodes, Heartbeats: s.beats, Releases: s.watcher, Attachments: s.attach, Reconciler: s.reconciler,
 		Tokens: s.tokens, Security: &s.security, Logger: s.logger,
 	}
 	s.AddLeaderDuty(s.watcher)
 	s.AddLeaderDuty(s.beats)
+	s.AddLeaderDuty(s.reconciler)
 	s.autopilot = newAutopilotDuty(s)
 	s.AddLeaderDuty(s.autopilot)
 

@@ -172,3 +172,48 @@ type StorageReportRequest struct {
 	Report *StorageReport
 	WriteRequest
 }
+
+// VolumeReconcileRequest runs a reconciliation round now: of the plugin of
+// VolumeID, of PluginID, or of every plugin with a controller when both
+// are empty.
+type VolumeReconcileRequest struct {
+	VolumeID string
+	PluginID string
+	WriteRequest
+}
+
+// Validate names the field at fault.
+func (r *VolumeReconcileRequest) Validate() error {
+	if r.VolumeID != "" {
+		if err := ValidateID("volume_id", r.VolumeID); err != nil {
+			return err
+		}
+	}
+	if r.PluginID != "" {
+		if err := ValidateID("plugin_id", r.PluginID); err != nil {
+			return err
+		}
+	}
+	if r.VolumeID != "" && r.PluginID != "" {
+		return Invalid("plugin_id", "give a volume or a plugin, not both")
+	}
+	return nil
+}
+
+// VolumeReconcileResponse carries the rounds recorded.
+type VolumeReconcileResponse struct {
+	Reports []*StorageReport
+	Index   uint64
+}
+
+// StorageReportListRequest reads the last rounds (all plugins, or one).
+type StorageReportListRequest struct {
+	PluginID string
+	QueryOptions
+}
+
+// StorageReportListResponse carries them, by plugin ID.
+type StorageReportListResponse struct {
+	Reports []*StorageReport
+	QueryMeta
+}
