@@ -18,6 +18,15 @@ func (s *Server) SetClaimGCInterval(d time.Duration) {
 	s.watcher.SetGCInterval(d)
 }
 
+// SetReconcileInterval changes how often the leader reconciles each
+// plugin's storage with the record (negative: only on demand).
+func (s *Server) SetReconcileInterval(d time.Duration) {
+	if d == 0 {
+		return
+	}
+	s.reconciler.SetInterval(d)
+}
+
 // SetReleaseBackoff changes the release retry delays.
 func (s *Server) SetReleaseBackoff(base, maxDelay time.Duration) {
 	s.watcher.SetBackoff(base, maxDelay)

@@ -19,6 +19,7 @@ import (
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/httpapi"
+	"github.com/claimd/claimd/reconcile"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
 	"github.com/claimd/claimd/watcher"
@@ -42,6 +43,7 @@ type agentFlags struct {
 	plugins         pluginFlags
 	heartbeatTTL    time.Duration
 	claimGCInterval time.Duration
+	reconcileEvery  time.Duration
 	releaseWorkers  int
 	backoffBase     time.Duration
 	backoffMax      time.Duration
@@ -142,6 +144,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", server.DefaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-interval", reconcile.DefaultInterval, "server: how often the leader compares each plugin's storage (ListVolumes) with claimd's record; negative: only on demand (claimd volume reconcile)")
 	fs.IntVar(&f.releaseWorkers, "release-workers", watcher.DefaultWorkers, "server: volumes released in parallel by the leader")
 	fs.DurationVar(&f.backoffBase, "release-backoff-base", watcher.DefaultBackoffBase, "server: first retry delay of a failed release (doubles each attempt)")
 	fs.DurationVar(&f.backoffMax, "release-backoff-max", watcher.DefaultBackoffMax, "server: longest retry delay of a failed release")
@@ -400,6 +403,7 @@ func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logge
 		RaftMultiplier:     f.raftMultiplier,
 		HeartbeatTTL:       f.heartbeatTTL,
 		ClaimGCInterval:    f.claimGCInterval,
+		ReconcileInterval:  f.reconcileEvery,
 		ReleaseWorkers:     f.releaseWorkers,
 		ReleaseBackoffBase: f.backoffBase,
 		ReleaseBackoffMax:  f.backoffMax,

@@ -95,6 +95,7 @@ var configKeys = []configKey{
 	{"server", "raft_multiplier", "raft-multiplier", kFloat, false, positive, func(f *agentFlags) any { return &f.raftMultiplier }},
 	{"server", "heartbeat_ttl", "heartbeat-ttl", kDuration, true, positive, func(f *agentFlags) any { return &f.heartbeatTTL }},
 	{"server", "claim_gc_interval", "claim-gc-interval", kDuration, true, positive, func(f *agentFlags) any { return &f.claimGCInterval }},
+	{"server", "reconcile_interval", "reconcile-interval", kDuration, true, nil, func(f *agentFlags) any { return &f.reconcileEvery }},
 	{"server", "release_workers", "release-workers", kInt, false, positive, func(f *agentFlags) any { return &f.releaseWorkers }},
 	{"server", "release_backoff_base", "release-backoff-base", kDuration, true, positive, func(f *agentFlags) any { return &f.backoffBase }},
 	{"server", "release_backoff_max", "release-backoff-max", kDuration, true, positive, func(f *agentFlags) any { return &f.backoffMax }},
@@ -640,6 +641,7 @@ func (c *agentConfigFiles) reload(t reloadTargets) {
 	if serverChanged && t.srv != nil {
 		t.srv.SetHeartbeatTTL(r.heartbeatTTL)
 		t.srv.SetClaimGCInterval(r.claimGCInterval)
+		t.srv.SetReconcileInterval(r.reconcileEvery)
 		t.srv.SetReleaseBackoff(r.backoffBase, r.backoffMax)
 	}
 	kv := []any{}
