@@ -19,3 +19,9 @@ func (c *Client) StorageReports(ctx context.Context, pluginID string, q structs.
 	out, err := call[structs.StorageReportListResponse](ctx, c, "Volume.StorageReports", &structs.StorageReportListRequest{PluginID: pluginID, QueryOptions: q})
 	return out.Reports, out.QueryMeta, err
 }
+
+// VolumeStorage asks what the storage says of one volume now (nothing is
+// recorded).
+func (c *Client) VolumeStorage(ctx context.Context, volumeID string) (*structs.VolumeStorageResponse, error) {
+	return call[structs.VolumeStorageResponse](ctx, c, "Volume.Storage", &structs.VolumeStorageRequest{VolumeID: volumeID})
+}

@@ -111,6 +111,7 @@ var methodAccess = map[string]access{
 	// round: a write. Reading the rounds is a volume read.
 	"Volume.Reconcile":      capability(acl.Volume, acl.Write),
 	"Volume.StorageReports": capability(acl.Volume, acl.Read),
+	"Volume.Storage":        capability(acl.Volume, acl.Read),
 	"System.GarbageCollect": capability(acl.Operator, acl.Write),
 
 	"ClientCSI.ControllerAttachVolume":   {kind: serverOnly},

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -80,4 +81,60 @@ func (v *Volume) StorageReports(args *structs.StorageReportListRequest, reply *s
 			}
 			return state.TableIndex(fsm.TableStorageReports), nil
 		})
+}
+
+// Storage asks the volume's controller what the storage says of it now,
+// recording nothing: what an operator should see before forcing.
+func (v *Volume) Storage(args *structs.VolumeStorageRequest, reply *structs.VolumeStorageResponse) error {
+	_, done, err := v.auth.gate("Volume.Storage", args, reply, nil)
+	if done {
+		return err
+	}
+	vol, err := v.registered(args.VolumeID)
+	if err != nil {
+		return err
+	}
+	state := v.srv.State()
+	plug, err := state.PluginByID(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plug == nil {
+		return structs.NotFound("plugin", vol.PluginID)
+	}
+	// One volume through GET_VOLUME when a controller offers it, else the
+	// whole listing filtered.
+	ext := ""
+	for _, c := range plug.Controllers {
+		if c.Healthy && c.ControllerCapabilities != nil && c.ControllerCapabilities.GetVolume {
+			ext = vol.ExternalID
+		}
+	}
+	req := &structs.ClientCSIControllerListVolumesRequest{CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID}, ExternalID: ext}
+	var out structs.ClientCSIControllerListVolumesResponse
+	if err := csiOf(v.srv).ControllerListVolumes(req, &out); err != nil {
+		if ext == "" || !errors.Is(err, structs.ErrNotFound) {
+			return err
+		}
+		// GET_VOLUME says the storage has no such volume.
+	}
+	reply.Supported, reply.ControllerNodeID = out.PublishedNodes, out.ControllerNodeID
+	nodes := map[string]string{}
+	for id, info := range plug.Nodes {
+		if info.ExternalNodeID != "" {
+			nodes[info.ExternalNodeID] = id
+		}
+	}
+	for _, sv := range out.Volumes {
+		if sv.ExternalID != vol.ExternalID {
+			continue
+		}
+		reply.Found, reply.Volume = true, sv
+		reply.PublishedNodes = map[string]string{}
+		for _, n := range sv.PublishedNodes {
+			reply.PublishedNodes[n] = nodes[n]
+		}
+	}
+	reply.Index = state.TableIndex(fsm.TableVolumes)
+	return nil
 }

@@ -217,3 +217,24 @@ type StorageReportListResponse struct {
 	Reports []*StorageReport
 	QueryMeta
 }
+
+// VolumeStorageRequest asks what the storage says of one volume now
+// (ControllerGetVolume, or ListVolumes filtered), without recording it:
+// shown before an operator forces a detach or a deregister.
+type VolumeStorageRequest struct {
+	VolumeID string
+	QueryOptions
+}
+
+// VolumeStorageResponse is the storage's view: Found is false when the
+// storage does not list the volume; PublishedNodes maps each plugin node
+// ID the volume is attached to onto claimd's node ID ("" when unknown).
+// Supported is false when the controller cannot report attachments.
+type VolumeStorageResponse struct {
+	Found            bool
+	Supported        bool
+	Volume           *StorageVolume
+	PublishedNodes   map[string]string
+	ControllerNodeID string
+	QueryMeta
+}

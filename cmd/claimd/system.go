@@ -23,6 +23,9 @@ func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("volume detach", stdout, stderr)
 	force := x.fs.Bool("force", false, "skip the node detach: for a node that is gone for good (its mounts are not cleaned up)")
 	return x.run(args, exactly(2, "usage: claimd volume detach [-force] VOLUME NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
+		if *force {
+			showStorageBeforeForce(ctx, c, stderr, pos[0])
+		}
 		resp, err := c.DetachVolume(ctx, pos[0], pos[1], *force)
 		if err != nil {
 			return x.fail("volume detach: %v", err)

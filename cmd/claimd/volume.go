@@ -86,6 +86,9 @@ func runVolumeDeregister(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("volume deregister", stdout, stderr)
 	force := x.fs.Bool("force", false, "deregister even with claims, when every claiming allocation is terminal")
 	return x.run(args, exactly(1, "usage: claimd volume deregister [-force] ID"), func(ctx context.Context, c *api.Client, pos []string) int {
+		if *force {
+			showStorageBeforeForce(ctx, c, stderr, pos[0])
+		}
 		_, err := c.DeregisterVolumes(ctx, *force, pos[0])
 		return x.done(err, "deregister", "Volume %q deregistered\n", pos[0])
 	})

@@ -132,3 +132,31 @@ func storageSection(ctx context.Context, c *api.Client, w io.Writer, v *structs.
 		fmt.Fprintf(w, "Last round failed: %s\n", r.Error)
 	}
 }
+
+// showStorageBeforeForce prints what the storage says of a volume before an
+// operator forces a detach or a deregister: whether it is still attached,
+// and where. Best effort: a storage that cannot be asked is said so, and
+// the forced command goes on (the operator asked for it).
+func showStorageBeforeForce(ctx context.Context, c *api.Client, w io.Writer, volumeID string) {
+	st, err := c.VolumeStorage(ctx, volumeID)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "Storage: could not ask the storage about %s: %v\n", volumeID, err)
+	case !st.Found:
+		fmt.Fprintf(w, "Storage: the storage does not list %s\n", volumeID)
+	case !st.Supported:
+		fmt.Fprintf(w, "Storage: %s exists; its controller does not report where it is attached\n", volumeID)
+	case len(st.PublishedNodes) == 0:
+		fmt.Fprintf(w, "Storage: %s is not attached to any node\n", volumeID)
+	default:
+		fmt.Fprintf(w, "Storage: %s is still attached to:", volumeID)
+		for _, ext := range structs.SortedKeys(st.PublishedNodes) {
+			if id := st.PublishedNodes[ext]; id != "" {
+				fmt.Fprintf(w, " %s (node %s)", ext, id)
+			} else {
+				fmt.Fprintf(w, " %s", ext)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+}
