@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/claimd/claimd/structs"
@@ -31,6 +33,26 @@ func applyStorageReport(tx *txn, req *structs.StorageReportRequest) (any, error)
 			r.Volumes, r.Known = old.Volumes, old.Known
 			r.CheckedAt, r.ControllerNodeID = old.CheckedAt, old.ControllerNodeID
 		}
+	}
+	for i, rep := range req.Repairs {
+		if rep == nil || rep.Repair == nil {
+			return nil, structs.Invalid(fmt.Sprintf("repairs[%d]", i), "must not be null")
+		}
+		if err := structs.ValidateID(fmt.Sprintf("repairs[%d].volume_id", i), rep.VolumeID); err != nil {
+			return nil, err
+		}
+		old := getVolume(tx, rep.VolumeID)
+		if old == nil {
+			continue // deregistered since: the repair has nowhere to go
+		}
+		v := *old
+		rr := *rep.Repair
+		v.Repairs = append(append([]*structs.StorageRepair(nil), old.Repairs...), &rr)
+		if n := len(v.Repairs) - structs.MaxReleasedClaims; n > 0 {
+			v.Repairs = v.Repairs[n:]
+		}
+		v.ModifyIndex = tx.index
+		tx.put(TableVolumes, &v)
 	}
 	tx.put(TableStorageReports, r)
 	return r.ModifyIndex, nil

@@ -59,3 +59,30 @@ func TestStorageReport_BadReportsRefused(t *testing.T) {
 	}
 	h.mustRefuse(structs.StorageReportRequestType, many, structs.CodeInvalid)
 }
+
+// A repair lands on its volume's short history (bounded), and a register
+// keeps the servers' history and never takes one from the spec.
+func TestStorageReport_RepairsRecordedOnTheVolumeAndKeptOnRegister(t *testing.T) {
+	h := mustNewHarness(t)
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter))
+	for i := 0; i < structs.MaxReleasedClaims+2; i++ {
+		req := storageRound("")
+		req.Repairs = []*structs.VolumeRepair{{VolumeID: "v1", Repair: &structs.StorageRepair{
+			At: time.Unix(int64(1000+i), 0).UTC(), ExternalNodeID: "x9"}}, {VolumeID: "gone", Repair: &structs.StorageRepair{}}}
+		h.mustApply(structs.StorageReportRequestType, req)
+	}
+	v := h.volume("v1")
+	if len(v.Repairs) != structs.MaxReleasedClaims || !v.Repairs[len(v.Repairs)-1].At.Equal(time.Unix(int64(1000+structs.MaxReleasedClaims+1), 0)) {
+		t.Fatalf("repairs exp: the last %d, newest last got: %+v", structs.MaxReleasedClaims, v.Repairs)
+	}
+	spec := testVolume("v1", structs.AccessModeSingleNodeWriter)
+	spec.Repairs = []*structs.StorageRepair{{ExternalNodeID: "forged"}}
+	spec.Released = []*structs.Claim{{AllocID: "forged"}}
+	h.registerVolumes(spec)
+	v = h.volume("v1")
+	if len(v.Repairs) != structs.MaxReleasedClaims || v.Repairs[0].ExternalNodeID != "x9" || len(v.Released) != 0 {
+		t.Fatalf("register exp: the servers' history kept, the spec's ignored got: repairs %+v released %+v", v.Repairs, v.Released)
+	}
+	h.mustRefuse(structs.StorageReportRequestType, &structs.StorageReportRequest{Report: storageRound("").Report,
+		Repairs: []*structs.VolumeRepair{{VolumeID: "v1"}}}, structs.CodeInvalid)
+}

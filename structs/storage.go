@@ -167,9 +167,27 @@ type ClientCSIControllerListVolumesResponse struct {
 	ControllerNodeID string
 }
 
-// StorageReportRequest records one reconciliation round of a plugin.
+// StorageRepair is one orphan attachment reconciliation detached.
+type StorageRepair struct {
+	// At is when the controller detach was done; FirstSeen when the
+	// orphan was first found (the grace ran from then).
+	At             time.Time `json:"at"`
+	FirstSeen      time.Time `json:"first_seen"`
+	ExternalNodeID string    `json:"external_node_id"`
+	NodeID         string    `json:"node_id,omitempty"`
+}
+
+// VolumeRepair is a repair to record on a volume.
+type VolumeRepair struct {
+	VolumeID string
+	Repair   *StorageRepair
+}
+
+// StorageReportRequest records one reconciliation round of a plugin, and
+// the repairs it made.
 type StorageReportRequest struct {
-	Report *StorageReport
+	Report  *StorageReport
+	Repairs []*VolumeRepair
 	WriteRequest
 }
 

@@ -116,6 +116,10 @@ type Volume struct {
 	// without these its release timeline would go with it. They hold
 	// nothing: no rule counts them.
 	Released []*Claim `json:"released,omitempty"`
+	// Repairs are the last MaxReleasedClaims orphan attachments
+	// reconciliation detached from this volume (issue 27): the release
+	// timeline of attachments no claim explained.
+	Repairs []*StorageRepair `json:"repairs,omitempty"`
 
 	// CurrentAccessMode and CurrentAttachmentMode are the modes the volume
 	// is in use with: set by the first claim, kept while any claim (live or
@@ -352,6 +356,13 @@ func (v *Volume) Copy() *Volume {
 	c.ReadClaims = copyClaims(v.ReadClaims)
 	c.WriteClaims = copyClaims(v.WriteClaims)
 	c.PastClaims = copyClaims(v.PastClaims)
+	if v.Repairs != nil {
+		c.Repairs = make([]*StorageRepair, len(v.Repairs))
+		for i, r := range v.Repairs {
+			rr := *r
+			c.Repairs[i] = &rr
+		}
+	}
 	if v.Released != nil {
 		c.Released = make([]*Claim, len(v.Released))
 		for i, r := range v.Released {
