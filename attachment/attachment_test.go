@@ -340,3 +340,31 @@ func TestPublish_WaitsForTheNodesLock(t *testing.T) {
 		t.Fatalf("controller calls after the lock exp: 1 got: %d", got)
 	}
 }
+
+// An orphan is detached only while no claim is on its node: a claim there,
+// in any state, means the attachment is not an orphan after all.
+func TestDetachOrphan_RefusedUnderAClaim(t *testing.T) {
+	l := cluster(t)
+	n := &nodes{}
+	m := New(l, n, nil)
+	vol, _ := l.State().VolumeByID(nil, "v1")
+	if err := m.DetachOrphan(vol, "w2", "ext-w2"); err != nil {
+		t.Fatalf("orphan on w2 with no claim exp: detached got: %v", err)
+	}
+	calls := n.log()
+	if len(calls) != 1 || calls[0] != "c1 ClientCSI.ControllerDetachVolume" && calls[0] != "c2 ClientCSI.ControllerDetachVolume" {
+		t.Fatalf("calls exp: one controller detach got: %v", calls)
+	}
+	if a := n.args[0].(*structs.ClientCSIControllerDetachRequest); a.ExternalNodeID != "ext-w2" || a.ExternalID != "e1" {
+		t.Fatalf("detach exp: e1 from ext-w2 got: %+v", a)
+	}
+	claim(t, l, "a1", "w1")
+	vol, _ = l.State().VolumeByID(nil, "v1")
+	err := m.DetachOrphan(vol, "w1", "ext-w1")
+	if !errors.Is(err, structs.ErrConflict) || len(n.log()) != 1 {
+		t.Fatalf("orphan on a node with a claim exp: conflict, no call got: %v, %v", err, n.log())
+	}
+	if err := m.DetachOrphan(vol, "", ""); !errors.Is(err, structs.ErrInvalid) {
+		t.Fatalf("no node exp: invalid got: %v", err)
+	}
+}

@@ -78,3 +78,49 @@ func (m *Manager) Unpublish(vol *structs.Volume, c *structs.Claim) error {
 	return m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
 		func(node string) { reply.ControllerNodeID = node })
 }
+
+// DetachOrphan controller-detaches an attachment the storage reports and no
+// claim explains (reconciliation found it, package reconcile). It takes the
+// same (volume, node) lock a new claim's publish takes and reads fresh
+// state under it, so it never detaches under a claim: any claim on that
+// node, live or being released, makes it refuse (the release detaches
+// what a claim holds).
+func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID string) error {
+	if externalNodeID == "" {
+		return structs.Invalid("external_node_id", "must not be empty")
+	}
+	lockNode := nodeID
+	if lockNode == "" {
+		// A node claimd does not know: no claim can be taken there, but
+		// lock on its plugin name all the same.
+		lockNode = "external:" + externalNodeID
+	}
+	unlockAttach := m.locks.Lock(vol.ID, lockNode)
+	defer unlockAttach()
+	unlockPlugin := m.plugins.lock(vol.PluginID)
+	defer unlockPlugin()
+	fresh, err := m.state.State().VolumeByID(nil, vol.ID)
+	if err != nil {
+		return err
+	}
+	if fresh == nil {
+		return fmt.Errorf("%w: volume %q was deregistered", ErrVolumeDeregistered, vol.ID)
+	}
+	if fresh.ExternalID != vol.ExternalID {
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf("volume %q is now %q, not %q", vol.ID, fresh.ExternalID, vol.ExternalID))
+	}
+	for _, c := range fresh.AllClaims() {
+		if c.ExternalNodeID == externalNodeID || (nodeID != "" && c.NodeID == nodeID) {
+			return structs.NewError(structs.CodeConflict, fmt.Sprintf(
+				"alloc %s claims volume %q on that node (%s): not an orphan", c.AllocID, vol.ID, c.State))
+		}
+	}
+	req := &structs.ClientCSIControllerDetachRequest{
+		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
+		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: externalNodeID,
+		Secrets: fresh.Secrets,
+	}
+	var reply structs.ClientCSIControllerDetachResponse
+	return m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
+		func(node string) { reply.ControllerNodeID = node })
+}

@@ -16,6 +16,11 @@ import (
 // DefaultInterval is how often the leader reconciles each plugin.
 const DefaultInterval = time.Minute
 
+// DefaultRepairGrace is how long an orphan must have been seen, round
+// after round, before it is detached: longer than any publish or detach
+// that is merely slow, and long enough for an operator to look first.
+const DefaultRepairGrace = 10 * time.Minute
+
 // StateSource gives the current state store (it changes on restore).
 type StateSource interface {
 	State() *fsm.StateStore
@@ -31,6 +36,10 @@ type Applier interface {
 type Controllers interface {
 	ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
 		args, reply any, answered func(node string)) error
+	// DetachOrphan controller-detaches an attachment no claim explains,
+	// under the lock a new claim's publish takes, refusing if any claim
+	// on that node appeared.
+	DetachOrphan(vol *structs.Volume, nodeID, externalNodeID string) error
 }
 
 // Reconciler is the leader duty that compares each plugin's storage with
@@ -43,6 +52,7 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	interval time.Duration
+	grace    time.Duration
 	enabled  bool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -61,7 +71,7 @@ func New(state StateSource, apply Applier, ctrl Controllers, interval time.Durat
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Reconciler{state: state, apply: apply, ctrl: ctrl, interval: interval,
+	return &Reconciler{state: state, apply: apply, ctrl: ctrl, interval: interval, grace: DefaultRepairGrace,
 		logger: logger.Named("reconcile"), rounds: map[string]*sync.Mutex{}, reset: make(chan struct{}, 1)}
 }
 
@@ -78,6 +88,17 @@ func (r *Reconciler) SetInterval(d time.Duration) {
 	case r.reset <- struct{}{}:
 	default:
 	}
+}
+
+// SetRepairGrace changes how long an orphan waits before it is detached
+// (0 keeps the current grace).
+func (r *Reconciler) SetRepairGrace(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	r.mu.Lock()
+	r.grace = d
+	r.mu.Unlock()
 }
 
 // SetEnabled implements the server's LeaderDuty.
@@ -179,9 +200,10 @@ func (r *Reconciler) Run(ctx context.Context, pluginID string) (*structs.Storage
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	repairs := r.repair(report)
 	// Advisory: a server of an older version may skip the entry.
 	_, index, err := r.apply.Apply(structs.StorageReportRequestType|structs.IgnoreUnknownTypeFlag,
-		&structs.StorageReportRequest{Report: report})
+		&structs.StorageReportRequest{Report: report, Repairs: repairs})
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +266,40 @@ func (r *Reconciler) round(pluginID string) (*structs.StorageReport, error) {
 		PluginID: pluginID, Before: before, After: after, Listed: reply.Volumes, Nodes: nodes,
 		PublishedNodes: reply.PublishedNodes, Previous: prev, Now: now})
 	return report, nil
+}
+
+// repair detaches the round's orphans that have been seen for the grace
+// period on volumes whose node_lost policy is fence: their owners accepted
+// that claimd detaches without a node's word once it has proof, and a
+// grace of rounds that all found no claim there is that proof for an
+// attachment nothing claims. Under wait and manual an orphan is reported
+// and left to the operator. Each repair goes into the volume's history.
+func (r *Reconciler) repair(report *structs.StorageReport) []*structs.VolumeRepair {
+	r.mu.Lock()
+	grace := r.grace
+	r.mu.Unlock()
+	now := time.Now().UTC()
+	var out []*structs.VolumeRepair
+	for _, f := range report.Findings {
+		if f.Kind != structs.FindingOrphan || f.VolumeID == "" || now.Sub(f.FirstSeen) < grace {
+			continue
+		}
+		vol, err := r.state.State().VolumeByID(nil, f.VolumeID)
+		if err != nil || vol == nil || vol.NodeLost.OrWait() != structs.NodeLostFence {
+			continue
+		}
+		log := r.logger.With("volume", vol.ID, "external_node", f.ExternalNodeID, "node", f.NodeID, "first_seen", f.FirstSeen)
+		if err := r.ctrl.DetachOrphan(vol, f.NodeID, f.ExternalNodeID); err != nil {
+			log.Warn("could not detach an orphan attachment; the next round tries again", "error", err)
+			continue
+		}
+		log.Warn("detached an orphan attachment no claim explained")
+		f.RepairedAt = now
+		metrics.IncrCounterWithLabels([]string{"reconcile", "repairs"}, 1, []metrics.Label{{Name: "plugin", Value: report.PluginID}})
+		out = append(out, &structs.VolumeRepair{VolumeID: vol.ID, Repair: &structs.StorageRepair{
+			At: now, FirstSeen: f.FirstSeen, ExternalNodeID: f.ExternalNodeID, NodeID: f.NodeID}})
+	}
+	return out
 }
 
 // unsupported says why a plugin's storage cannot be listed, or "".

@@ -47,6 +47,9 @@ type Config struct {
 	// ReconcileInterval is how often the leader compares each plugin's
 	// storage with claimd's record (0 = 1 min, negative = only on demand).
 	ReconcileInterval time.Duration
+	// ReconcileRepairGrace is how long an orphan attachment of a
+	// fence-policy volume is seen before it is detached (0 = 10 min).
+	ReconcileRepairGrace time.Duration
 	// Autopilot tunes the leader's Raft health checks and dead-server
 	// cleanup (server/autopilot.go).
 	Autopilot AutopilotConfig

@@ -198,6 +198,7 @@ func New(cfg Config) (*Server, error) {
 	s.beats = watcher.NewHeartbeats(s, s, ttl, ttl/2, s.logger)
 	s.watcher.SetLeases(s.beats)
 	s.reconciler = reconcile.New(s, s, s.attach, cfg.ReconcileInterval, s.logger)
+	s.reconciler.SetRepairGrace(cfg.ReconcileRepairGrace)
 	s.deps = &endpoints.Deps{
 		Forwarder: s.fwd, Writer: s, Reader: s, Cluster: s,
 		Sessions: s.nodes, Heartbeats: s.beats, Releases: s.watcher, Attachments: s.attach, Reconciler: s.reconciler,
