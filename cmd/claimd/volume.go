@@ -170,7 +170,7 @@ func printTimelines(w io.Writer, v *structs.Volume) {
 		claims = append(claims, v.PastClaims[id])
 	}
 	claims = append(claims, v.Released...)
-	if len(claims) == 0 {
+	if len(claims) == 0 && len(v.Repairs) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
@@ -192,6 +192,16 @@ func printTimelines(w io.Writer, v *structs.Volume) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", c.AllocID, c.NodeID, st.State, st.Index, at, path)
 		}
+	}
+	// Attachments no claim explained, which reconciliation detached: the
+	// orphan's two moments, found and detached.
+	for _, r := range v.Repairs {
+		node := r.NodeID
+		if node == "" {
+			node = r.ExternalNodeID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", "-", node, "orphan-found", "-", r.FirstSeen.UTC().Format(time.RFC3339), "reconcile")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", "-", node, "orphan-detached", "-", r.At.UTC().Format(time.RFC3339), "reconcile")
 	}
 	tw.Flush()
 }

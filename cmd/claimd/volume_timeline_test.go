@@ -69,3 +69,45 @@ func TestPrintVolume_FencedReleaseShowsThePathAndTheLease(t *testing.T) {
 		}
 	}
 }
+
+// An orphan reconciliation detached shows in the timeline: found, then
+// detached, by the reconcile path.
+func TestPrintVolume_OrphanRepairInTheTimeline(t *testing.T) {
+	found := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	v := &structs.Volume{ID: "v1", PluginID: "hostdir", Repairs: []*structs.StorageRepair{
+		{FirstSeen: found, At: found.Add(10 * time.Minute), ExternalNodeID: "ext-w9"}}}
+	var buf bytes.Buffer
+	printVolume(&buf, v, nil)
+	lines := map[string]bool{}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		lines[strings.Join(strings.Fields(l), " ")] = true
+	}
+	for _, want := range []string{"- ext-w9 orphan-found - 2026-12-05T09:00:00Z reconcile", "- ext-w9 orphan-detached - 2026-12-05T09:10:00Z reconcile"} {
+		if !lines[want] {
+			t.Errorf("volume status exp: a line %q got:\n%s", want, buf.String())
+		}
+	}
+}
+
+// The findings table says what each disagreement means.
+func TestPrintStorageReport(t *testing.T) {
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	r := &structs.StorageReport{PluginID: "hostdir", CheckedAt: at, ControllerNodeID: "c1", Volumes: 3, Known: 2, Findings: []*structs.StorageFinding{
+		{Kind: structs.FindingOrphan, VolumeID: "v1", ExternalID: "ext-v1", ExternalNodeID: "ext-w9", FirstSeen: at},
+		{Kind: structs.FindingMissing, VolumeID: "v2", ExternalID: "ext-v2", NodeID: "n1", AllocID: "a1", FirstSeen: at},
+		{Kind: structs.FindingUnknownVolume, ExternalID: "stray", FirstSeen: at}}}
+	var buf bytes.Buffer
+	printStorageReport(&buf, r, "")
+	out := buf.String()
+	for _, want := range []string{"Plugin hostdir: checked 2026-12-05T09:00:00Z through the controller on node c1; the storage lists 3 volumes, 2 of them known here",
+		"attached on the storage; no claim explains it", "claim recorded as attached; the storage does not show it", "not registered here (left alone)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report exp: %q got:\n%s", want, out)
+		}
+	}
+	buf.Reset()
+	printStorageReport(&buf, r, "v3")
+	if !strings.Contains(buf.String(), "The storage agrees with the record") {
+		t.Fatalf("report for a volume without findings exp: agrees got:\n%s", buf.String())
+	}
+}
