@@ -34,3 +34,26 @@ func (c *Client) Nodes(ctx context.Context, q structs.QueryOptions) ([]*structs.
 	out, err := call[structs.NodeListResponse](ctx, c, "Node.List", &structs.NodeListRequest{QueryOptions: q})
 	return out.Nodes, out.QueryMeta, err
 }
+
+// DrainNode drains a node (or, with dryRun, only plans it): ineligible for
+// new claims, its allocations stopped, their claims released in order.
+func (c *Client) DrainNode(ctx context.Context, nodeID string, dryRun bool) (*structs.NodeDrainResponse, error) {
+	return call[structs.NodeDrainResponse](ctx, c, "Node.Drain", &structs.NodeDrainRequest{NodeID: nodeID, DryRun: dryRun})
+}
+
+// NodeDrainStatus reads a drain's progress; with q.MinQueryIndex it
+// blocks until something changes.
+func (c *Client) NodeDrainStatus(ctx context.Context, nodeID string, q structs.QueryOptions) (*structs.NodeDrainStatus, structs.QueryMeta, error) {
+	out, err := call[structs.NodeDrainStatusResponse](ctx, c, "Node.DrainStatus", &structs.NodeDrainStatusRequest{NodeID: nodeID, QueryOptions: q})
+	return out.Status, out.QueryMeta, err
+}
+
+// UpdateNodeEligibility makes a node eligible or ineligible for new claims.
+func (c *Client) UpdateNodeEligibility(ctx context.Context, nodeID string, eligible bool) (uint64, error) {
+	e := structs.NodeIneligible
+	if eligible {
+		e = structs.NodeEligible
+	}
+	out, err := call[structs.NodeEligibilityResponse](ctx, c, "Node.UpdateEligibility", &structs.NodeEligibilityRequest{NodeID: nodeID, Eligibility: e})
+	return out.Index, err
+}

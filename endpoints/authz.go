@@ -93,8 +93,13 @@ var methodAccess = map[string]access{
 	"Node.UpdateStatus": capabilityOrNode(acl.Node, acl.Write),
 	"Node.UpdateAlloc":  capabilityOrNode(acl.Node, acl.Write),
 	"Node.Deregister":   capability(acl.Node, acl.Write),
-	"Node.Get":          capability(acl.Node, acl.Read),
-	"Node.List":         capability(acl.Node, acl.Read),
+	// Drain and eligibility are an operator's: a node's own secret does
+	// not take its node out of service.
+	"Node.UpdateEligibility": capability(acl.Node, acl.Write),
+	"Node.Drain":             capability(acl.Node, acl.Write),
+	"Node.DrainStatus":       capability(acl.Node, acl.Read),
+	"Node.Get":               capability(acl.Node, acl.Read),
+	"Node.List":              capability(acl.Node, acl.Read),
 
 	"Alloc.Place": capability(acl.Alloc, acl.Place),
 	"Alloc.Stop":  capability(acl.Alloc, acl.Stop),

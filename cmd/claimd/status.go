@@ -22,19 +22,57 @@ func runNodeStatus(args []string, stdout, stderr io.Writer) int {
 		}, func() ([]*structs.Node, error) {
 			nodes, _, err := c.Nodes(ctx, structs.QueryOptions{})
 			return nodes, err
-		}, "No nodes", func(w io.Writer, n *structs.Node) { printNodes(w, []*structs.Node{n}) }, printNodes)
+		}, "No nodes", printNodeDetail, printNodes)
 	})
 }
 
 // printNodes is `node status`'s table.
 func printNodes(w io.Writer, nodes []*structs.Node) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tName\tStatus\tNode Plugins\tController Plugins")
+	fmt.Fprintln(tw, "ID\tName\tStatus\tEligibility\tLease\tNode Plugins\tController Plugins")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status,
-			pluginHealth(n.CSINodePlugins), pluginHealth(n.CSIControllerPlugins))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status, eligibilityText(n.Eligibility),
+			leaseText(n.Lease), pluginHealth(n.CSINodePlugins), pluginHealth(n.CSIControllerPlugins))
 	}
 	tw.Flush()
+}
+
+// printNodeDetail is `node status NODE`: the table row, then the node's
+// last fence report when it has one.
+func printNodeDetail(w io.Writer, n *structs.Node) {
+	printNodes(w, []*structs.Node{n})
+	f := n.LastFence
+	if f == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Last Fence: began %s with %s of the lease left\n", f.At.UTC().Format(time.RFC3339), f.LeaseRemaining.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Alloc\tVolume\tHook\tUnmounted\tDone\tError")
+	for _, v := range f.Volumes {
+		hook := "ok"
+		if !v.HookOK {
+			hook = "failed"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%s\t%s\n", v.AllocID, v.VolumeID, hook, v.Unmounted, v.Done.UTC().Format(time.RFC3339), orDash(v.Error))
+	}
+	tw.Flush()
+}
+
+func eligibilityText(e structs.NodeEligibility) string {
+	if e == "" {
+		return string(structs.NodeEligible)
+	}
+	return string(e)
+}
+
+// leaseText: 0 means the agent holds no lease (its fence-policy claims
+// wait like wait-policy ones).
+func leaseText(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return d.String()
 }
 
 func pluginHealth(m map[string]*structs.CSIInfo) string {
