@@ -112,9 +112,9 @@ var methodAccess = map[string]access{
 	"Eval.Get":             capability(acl.Volume, acl.Read),
 	"Eval.List":            capability(acl.Volume, acl.Read),
 	"System.ReleaseStatus": capability(acl.Volume, acl.Read),
-	// Reconcile lists the storage through a controller and records the
-	// round: a write. Reading the rounds is a volume read.
-	"Volume.Reconcile":      capability(acl.Volume, acl.Write),
+	// Reconcile lists the storage through a controller, records the round
+	// and may detach an orphan: detach. Reading the rounds is a read.
+	"Volume.Reconcile":      capability(acl.Volume, acl.Detach),
 	"Volume.StorageReports": capability(acl.Volume, acl.Read),
 	"Volume.Storage":        capability(acl.Volume, acl.Read),
 	"System.GarbageCollect": capability(acl.Operator, acl.Write),

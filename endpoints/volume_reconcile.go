@@ -23,7 +23,8 @@ type Reconciler interface {
 const reconcileTimeout = 2 * time.Minute
 
 // Reconcile compares the storage with claimd's record now (issue 27) and
-// records the rounds: for one volume's plugin, one plugin, or all.
+// records the rounds: for one volume's plugin, one plugin, or all
+// (volume:detach: a round may detach an orphan).
 func (v *Volume) Reconcile(args *structs.VolumeReconcileRequest, reply *structs.VolumeReconcileResponse) error {
 	_, done, err := v.auth.gate("Volume.Reconcile", args, reply, nil)
 	if done {

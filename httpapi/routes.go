@@ -34,6 +34,9 @@ func (s *Server) routes() {
 	handle("GET /v1/snapshots", []string{"plugin"}, s.snapshotList)
 	handle("DELETE /v1/snapshot", []string{"plugin", "id"}, s.snapshotDelete)
 	write("/v1/volume/{id}/expand", nil, s.volumeExpand)
+	handle("POST /v1/volumes/reconcile", []string{"volume"}, s.volumesReconcile)
+	handle("GET /v1/storage/reports", read("plugin"), s.storageReports)
+	handle("GET /v1/volume/{id}/storage", nil, s.volumeStorage)
 
 	handle("GET /v1/allocs", read("node"), s.allocList)
 	write("/v1/allocs", nil, s.allocPlace)
@@ -42,6 +45,9 @@ func (s *Server) routes() {
 
 	handle("GET /v1/nodes", read(), s.nodeList)
 	handle("GET /v1/node/{id}", read(), s.nodeGet)
+	handle("POST /v1/node/{id}/drain", []string{"dry-run"}, s.nodeDrain)
+	handle("GET /v1/node/{id}/drain", read(), s.nodeDrainStatus)
+	handle("POST /v1/node/{id}/eligibility", []string{"eligible"}, s.nodeEligibility)
 	handle("GET /v1/plugins", read(), s.pluginList)
 	handle("GET /v1/plugin/{id}", read(), s.pluginGet)
 	handle("GET /v1/evals", read("status", "volume"), s.evalList)
