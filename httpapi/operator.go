@@ -98,6 +98,8 @@ type releaseStatus struct {
 	Attempts  int       `json:"attempts"`
 	LastError string    `json:"last_error"`
 	NextTry   time.Time `json:"next_try"`
+	// LeaseExpiresAt: a release waiting for a lost node's lease (fence).
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
 }
 
 // GET /v1/system/release-status: the leader's retry state of releases
@@ -110,7 +112,7 @@ func (s *Server) releaseStatus(w http.ResponseWriter, r *http.Request) (any, err
 	}
 	res := make(map[string]releaseStatus, len(out.Volumes))
 	for id, st := range out.Volumes {
-		res[id] = releaseStatus{Attempts: st.Attempts, LastError: st.LastError, NextTry: st.NextTry}
+		res[id] = releaseStatus{Attempts: st.Attempts, LastError: st.LastError, NextTry: st.NextTry, LeaseExpiresAt: st.LeaseExpiresAt}
 	}
 	return res, nil
 }

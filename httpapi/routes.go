@@ -104,6 +104,8 @@ var rpcMethods = map[string]bool{
 	"Volume.SnapshotCreate": true, "Volume.SnapshotDelete": true, "Volume.SnapshotList": true, "Volume.Expand": true,
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
+	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true,
+	"Volume.Reconcile": true, "Volume.StorageReports": true, "Volume.Storage": true,
 	"Eval.List": true, "Eval.Get": true,
 	"Status.Leader": true, "Status.Peers": true, "Status.Runtime": true,
 	"Operator.RaftGetConfiguration": true, "Operator.RaftHealth": true, "Operator.RaftRemovePeer": true, "Operator.TransferLeadership": true,

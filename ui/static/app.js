@@ -368,12 +368,66 @@ pages.volumes = {
   },
 };
 
+const STEP_RANK = { taken: 0, unpublishing: 1, "node-detached": 2, "controller-detached": 3, freed: 4 };
+
+// releasePath says how a claim got past its node detach (structs.ReleasePath).
+function releasePath(c) {
+  if (c.fenced) return "fenced";
+  if (c.node_detach_skipped) return "forced";
+  if ((STEP_RANK[c.state] || 0) >= STEP_RANK["node-detached"]) return "node-detach";
+  return "";
+}
+
+const PATH_LABEL = {
+  fenced: "fenced: the node's lease ran out and it unmounted on its own",
+  forced: "forced: an operator skipped the node detach",
+  "node-detach": "node detach: the node unmounted",
+};
+
 function timeline(c) {
-  return h("ol", { class: "timeline", "aria-label": "Release timeline of " + c.alloc_id },
-    (c.steps || []).map((s) => h("li", { "data-step": s.state },
+  const items = [];
+  for (const s of c.steps || []) {
+    if (c.fenced && s.state === "node-detached" && c.lease_expired_at) {
+      // The moment the lease ran out comes before the fenced checkpoint.
+      items.push(h("li", { "data-step": "lease-ran-out" }, h("strong", {}, "node's lease ran out"), " ",
+        h("time", { datetime: c.lease_expired_at }, fmtTime(c.lease_expired_at))));
+    }
+    items.push(h("li", { "data-step": s.state },
       h("strong", {}, STEP_LABEL[s.state] || s.state), " ",
       h("span", { class: "muted" }, "index " + s.index + ", "),
-      h("time", { datetime: s.time }, fmtTime(s.time)))));
+      h("time", { datetime: s.time }, fmtTime(s.time))));
+  }
+  const path = releasePath(c);
+  const out = [h("ol", { class: "timeline", "aria-label": "Release timeline of " + c.alloc_id }, items)];
+  if (path) out.push(h("p", { class: "path", "data-path": path }, "Path: " + PATH_LABEL[path]));
+  return out;
+}
+
+// storageSection is what the storage says of a volume, from its plugin's
+// last reconciliation round.
+function storageSection(v, report) {
+  const out = h("section", { class: "storage", "aria-labelledby": "h-storage" }, h("h2", { id: "h-storage" }, "Storage"));
+  if (!report) {
+    out.append(h("p", { class: "muted" }, "Not reconciled yet."));
+    return out;
+  }
+  const mine = (report.findings || []).filter((f) => f.volume_id === v.id);
+  if (report.unsupported && !mine.length) out.append(h("p", { class: "muted" }, "Not compared: " + report.unsupported));
+  else if (!mine.length) out.append(h("p", { "data-storage": "agrees" }, badge("agrees", "ok"), " with the record (checked ", fmtTime(report.checked_at), ")"));
+  else {
+    out.append(h("p", { "data-storage": "disagrees" }, badge("disagrees", "bad"), " with the record (checked ", fmtTime(report.checked_at), ")"));
+    out.append(table("Storage findings", ["Finding", "Node", "Alloc", "First seen"],
+      mine.map((f) => h("tr", { "data-finding": f.kind },
+        h("th", { scope: "row" }, f.kind), h("td", {}, f.node_id || f.external_node_id || "—"),
+        h("td", {}, f.alloc_id || "—"), h("td", {}, fmtTime(f.first_seen))))));
+  }
+  if (report.error) out.append(h("p", { class: "stuck" }, "Last round failed: " + report.error));
+  if ((v.repairs || []).length) {
+    out.append(table("Orphan attachments detached", ["Node", "Found", "Detached"],
+      v.repairs.slice().reverse().map((r) => h("tr", { "data-repair": r.external_node_id },
+        h("td", {}, r.node_id || r.external_node_id), h("td", {}, fmtTime(r.first_seen)), h("td", {}, fmtTime(r.at))))));
+  }
+  return out;
 }
 
 pages.volume = {
@@ -381,14 +435,15 @@ pages.volume = {
   async load(params, index, signal) {
     const notes = [];
     const vol = await api(blocking("/v1/volume/" + encodeURIComponent(params.id), index), { signal });
-    const [evals, retry, nodes] = await Promise.all([
+    const [evals, retry, nodes, reports] = await Promise.all([
       optional("/v1/evals?volume=" + encodeURIComponent(params.id), signal, notes),
       optional("/v1/system/release-status", signal, notes),
       optional("/v1/nodes", signal, notes),
+      optional("/v1/storage/reports?plugin=" + encodeURIComponent(vol.body.plugin_id), signal, notes),
     ]);
-    return { index: vol.index, data: { v: vol.body, evals: evals || [], retry: (retry || {})[params.id], nodes }, notes };
+    return { index: vol.index, data: { v: vol.body, evals: evals || [], retry: (retry || {})[params.id], nodes, report: (reports || [])[0] }, notes };
   },
-  render({ v, evals, retry, nodes }) {
+  render({ v, evals, retry, nodes, report }) {
     const claims = claimsOf(v);
     const out = h("section", { "aria-labelledby": "h-volume" },
       h("h1", { id: "h-volume" }, "Volume ", v.id),
@@ -398,6 +453,7 @@ pages.volume = {
         h("dt", {}, "External ID"), h("dd", {}, v.external_id),
         h("dt", {}, "Access / attachment"), h("dd", {}, v.access_mode + " / " + v.attachment_mode),
         h("dt", {}, "In use as"), h("dd", {}, v.current_access_mode || "—"),
+        h("dt", {}, "Node lost"), h("dd", { "data-node-lost": v.node_lost || "wait" }, v.node_lost || "wait"),
         h("dt", {}, "Secrets"), h("dd", {}, Object.keys(v.secrets || {}).length + " (never shown)"),
         h("dt", {}, "Raft index"), h("dd", {}, "created " + v.create_index + ", modified " + v.modify_index)));
     if (retry) {
@@ -421,13 +477,15 @@ pages.volume = {
         h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(c.alloc_id), c.alloc_id)),
         h("td", {}, nodeLink(nodes, c.node_id)),
         h("td", {}, c.mode),
-        h("td", {}, badge(c.state, c.kind === "past" ? "warn" : "ok"), c.node_detach_skipped ? " (node detach skipped)" : ""),
+        h("td", {}, badge(c.state, c.kind === "past" ? "warn" : "ok"), c.node_detach_skipped ? " (node detach skipped)" : "",
+          c.kind === "past" && retry && retry.lease_expires_at && !c.fenced ? [" (node's lease runs out ", fmtRelative(retry.lease_expires_at), ")"] : ""),
         h("td", {}, timeline(c)),
         h("td", {}, h("button", { type: "button", class: "detach", onclick: (e) => detach(c.node_id, e.target) }, "Detach from node"))))));
     out.append(table("Recently freed claims", ["Alloc", "Node", "Mode", "Timeline"],
       (v.released || []).slice().reverse().map((c) => h("tr", { "data-released": c.alloc_id },
         h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(c.alloc_id), c.alloc_id)),
         h("td", {}, nodeLink(nodes, c.node_id)), h("td", {}, c.mode), h("td", {}, timeline(c))))));
+    out.append(storageSection(v, report));
     out.append(evalTable("Evals of this volume", evals));
     return out;
   },
@@ -464,6 +522,7 @@ function capabilityList(caps) {
 }
 
 pages.nodes = {
+  keepError: true,
   async load(params, index, signal) {
     const notes = [];
     const nodes = await api(blocking("/v1/nodes", index), { signal });
@@ -480,8 +539,11 @@ pages.nodes = {
     for (const n of shown) {
       const held = vols.filter((v) => claimsOf(v).some((c) => c.node_id === n.id));
       const card = h("article", { class: "card", "data-node": n.id, "aria-labelledby": "node-" + n.id },
-        h("h2", { id: "node-" + n.id }, n.name, " ", badge(n.status, n.status === "ready" ? "ok" : "bad")),
-        h("p", { class: "muted" }, h("code", {}, n.id)));
+        h("h2", { id: "node-" + n.id }, n.name, " ", badge(n.status, n.status === "ready" ? "ok" : "bad"), " ",
+          badge(n.eligibility === "ineligible" ? "ineligible" : "eligible", n.eligibility === "ineligible" ? "warn" : "")),
+        h("p", { class: "muted" }, h("code", {}, n.id), " · lease ", n.lease ? fmtDuration(n.lease) : "none"));
+      card.append(nodeActions(n, held));
+      if (n.last_fence) card.append(fenceTable(n));
       const pl = Object.values(n.csi_node_plugins || {}).map((p) => ["node", p])
         .concat(Object.values(n.csi_controller_plugins || {}).map((p) => ["controller", p]));
       card.append(table("Plugins on " + n.name, ["Plugin", "Type", "Health", "Capabilities"],
@@ -508,6 +570,88 @@ pages.nodes = {
   },
 };
 pages.node = pages.nodes;
+
+// fmtDuration renders a Go duration in nanoseconds ("30s").
+function fmtDuration(ns) {
+  const s = ns / 1e9;
+  return s >= 60 && s % 60 === 0 ? s / 60 + "m" : s + "s";
+}
+
+function fenceTable(n) {
+  const f = n.last_fence;
+  return table("Last fence on " + n.name + ", begun " + fmtTime(f.at), ["Alloc", "Volume", "Fence command", "Unmounted", "Error"],
+    (f.volumes || []).map((v) => h("tr", { "data-fenced": v.volume_id },
+      h("td", {}, v.alloc_id), h("td", {}, link("#/volume/" + encodeURIComponent(v.volume_id), v.volume_id)),
+      h("td", {}, v.hook_ok ? badge("ok", "ok") : badge("failed", "bad")),
+      h("td", {}, v.unmounted ? badge("yes", "ok") : badge("no", "bad")),
+      h("td", {}, v.error || "—"))));
+}
+
+// drainPreview is the dry-run plan shown for a node until it is confirmed
+// or cancelled; it lives outside the page so live re-renders keep it.
+let drainPreview = null; // { node: id, plan }
+
+// nodeActions: drain (a dry run shown first, then confirmed) and the
+// eligibility toggle.
+function nodeActions(n, held) {
+  const box = h("div", { class: "actions" });
+  const note = (text) => document.getElementById("main").prepend(h("p", { class: "note", role: "status" }, text));
+  const post = async (path, btn) => {
+    btn.disabled = true;
+    try {
+      const r = await api(path, { method: "POST" });
+      setError("");
+      return r.body;
+    } catch (err) {
+      setError(describe(err));
+      return null;
+    } finally {
+      btn.disabled = false;
+    }
+  };
+  const base = "/v1/node/" + encodeURIComponent(n.id);
+  const showPlan = (plan) => {
+    const old = box.parentNode && box.parentNode.querySelector(".drain-plan");
+    if (old) old.remove();
+    const preview = h("div", { class: "drain-plan", role: "dialog", "aria-label": "Drain plan for " + n.name },
+      h("p", {}, "Draining " + n.name + " stops " + (plan.allocs || []).length + " allocations and releases " + (plan.volumes || []).length + " claims, in this order:"),
+      table("Drain plan", ["Order", "Volume", "Alloc", "Steps"],
+        (plan.volumes || []).map((v, i) => h("tr", { "data-plan-volume": v.volume_id },
+          h("td", {}, String(i + 1)), h("td", {}, v.volume_id), h("td", {}, v.alloc_id), h("td", {}, v.steps.join(", then "))))),
+      h("p", {}, "Node plugins that must keep serving until it is done: " + ((plan.plugins_keep_up || []).join(", ") || "none")),
+      (plan.blockers || []).length ? h("ul", { class: "blockers" }, plan.blockers.map((b) => h("li", {}, b))) : h("p", { class: "muted" }, "Nothing blocks it now."),
+      h("button", { type: "button", class: "drain-confirm", onclick: async (ev) => {
+        const done = await post(base + "/drain", ev.target);
+        if (done) {
+          drainPreview = null;
+          preview.remove();
+          note("Drain of " + n.name + " started: its claims are released in order; it is done when no volume is claimed here.");
+        }
+      } }, "Drain now"), " ",
+      h("button", { type: "button", onclick: () => { drainPreview = null; preview.remove(); } }, "Cancel"));
+    return preview;
+  };
+  const drain = h("button", { type: "button", class: "drain", onclick: async (e) => {
+    const res = await post(base + "/drain?dry-run", e.target);
+    if (!res) return;
+    drainPreview = { node: n.id, plan: res.plan };
+    box.after(showPlan(res.plan));
+  } }, "Drain…");
+  const ineligible = n.eligibility === "ineligible";
+  const toggle = h("button", { type: "button", class: "eligibility", onclick: async (e) => {
+    if (await post(base + "/eligibility?eligible=" + (ineligible ? "true" : "false"), e.target)) {
+      note(n.name + " is now " + (ineligible ? "eligible" : "ineligible") + " for new claims.");
+    }
+  } }, ineligible ? "Make eligible" : "Make ineligible");
+  box.append(drain, " ", toggle);
+  if (ineligible && !held.length) box.append(" ", badge("drained: its node plugins may be stopped", "ok"));
+  if (drainPreview && drainPreview.node === n.id) {
+    // Re-rendered: the card is built before it is in the page.
+    const wrap = h("div", {}, box, showPlan(drainPreview.plan));
+    return wrap;
+  }
+  return box;
+}
 
 pages.allocs = {
   async load(params, index, signal) {
