@@ -99,3 +99,32 @@ package chaos
 // backend runs mutual TLS with ACLs on (the workload with a token of its
 // own that grants only what it calls) and checks at the end that it did;
 // the in-process backend stays plaintext, so that path is covered too.
+
+// # Node loss
+//
+// TestChaos_NetnsNodeLoss (netns_nodeloss_test.go) is the node-loss
+// nemesis of issue 26 and decision 39. w1's agent holds a 4 s lease on a
+// clock running 5% slow, the most the margin allows, with a fence command
+// that kills the writer it is given. Two real writer processes run on
+// w1's host, each appending "<host> <seq> <unix nanos>" lines through its
+// mount: one on a node_lost=fence volume, one on a node_lost=wait volume.
+// The nemesis cuts w1 from every server (nftables). The checker then
+// proves, from the plugins' audit logs and the writers' own records:
+//
+//   - w1's NodeUnpublish of the fence volume came before the controller
+//     detach from w1, which came before w2's NodePublish;
+//   - every w1 record is older than w1's unmount, and none follows w2's
+//     first record;
+//   - the fence volume ran on w2 within LeaseExpiry(lease) + 25 s of the
+//     cut (the run logs the measured figure), and its released claim is
+//     recorded fenced, with when the lease ran out; w1's fence.json
+//     lists it;
+//   - the wait volume did not move while w1 was away: its writer kept
+//     running, no controller detach, the new allocation waited; after the
+//     heal its release went through w1's unmount, then the controller;
+//   - w1 reported its fence once back and mounted the fenced volume no
+//     more.
+//
+// The in-process counterpart (integration/node_fence_test.go) covers the
+// same path at clock rate 1, with the leader lost together with the node,
+// and with a fence whose unmount fails.

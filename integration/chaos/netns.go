@@ -129,6 +129,9 @@ type NetnsOptions struct {
 	// StartTimeout bounds forming the cluster and registering every node
 	// and plugin (default 60 s).
 	StartTimeout time.Duration
+	// WorkerArgs are extra agent flags for one worker, by host name (a
+	// node lease, a fence command, a lease clock rate).
+	WorkerArgs map[string][]string
 	// Insecure runs every process in plaintext with ACLs off. By default
 	// the cluster runs mutual TLS with ACLs on (see the package comment of
 	// this file).
@@ -445,6 +448,7 @@ func (c *netnsCluster) newWorker(host string, mode hostdir.Mode, sockDir, dataDi
 	if c.opts.LogJSON {
 		aargs = append(aargs, "-log-json")
 	}
+	aargs = append(aargs, c.opts.WorkerArgs[host]...)
 	// A client certificate of its own is all the agent needs to register
 	// its new node (no token), through whichever server it reaches first;
 	// after that the node's secret authenticates it.
