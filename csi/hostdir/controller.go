@@ -34,6 +34,10 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csipb.ControllerServiceCapability_RPC_CLONE_VOLUME,
 		csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		// Published nodes come from the attachment records, which is what
+		// lets a CO compare its record with the storage's (issue 27).
+		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
+		csipb.ControllerServiceCapability_RPC_GET_VOLUME,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},

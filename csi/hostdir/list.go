@@ -58,9 +58,42 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csipb.ListVolumes
 		if err != nil {
 			return nil, internal("read volume metadata", err)
 		}
-		resp.Entries = append(resp.Entries, &csipb.ListVolumesResponse_Entry{Volume: volumeOf(id, meta)})
+		nodes, err := st.publishedNodes(id)
+		if err != nil {
+			return nil, internal("read attachments", err)
+		}
+		resp.Entries = append(resp.Entries, &csipb.ListVolumesResponse_Entry{Volume: volumeOf(id, meta),
+			Status: &csipb.ListVolumesResponse_VolumeStatus{PublishedNodeIds: nodes}})
 	}
 	return resp, nil
+}
+
+// ControllerGetVolume answers for one volume, with the nodes it is
+// attached to.
+func (s *controllerServer) ControllerGetVolume(_ context.Context, req *csipb.ControllerGetVolumeRequest) (*csipb.ControllerGetVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := required("volume_id", id); err != nil {
+		return nil, err
+	}
+	st := s.p.store
+	if !validID(id) {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	if ok, err := st.volumeExists(id); err != nil {
+		return nil, internal("look up volume", err)
+	} else if !ok {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	meta, err := st.readMeta(id)
+	if err != nil {
+		return nil, internal("read volume metadata", err)
+	}
+	nodes, err := st.publishedNodes(id)
+	if err != nil {
+		return nil, internal("read attachments", err)
+	}
+	return &csipb.ControllerGetVolumeResponse{Volume: volumeOf(id, meta),
+		Status: &csipb.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: nodes}}, nil
 }
 
 // GetCapacity reports the bytes free for new volumes. Asked about a

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -168,6 +169,20 @@ func (s store) writeAttachments(id string, a *attachments) error {
 		return nil
 	}
 	return writeJSON(s.attachFile(id), a)
+}
+
+// publishedNodes lists the nodes a volume is attached to, sorted.
+func (s store) publishedNodes(id string) ([]string, error) {
+	a, err := s.readAttachments(id)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]string, 0, len(a.Nodes))
+	for n := range a.Nodes {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	return nodes, nil
 }
 
 // attachedTo counts the volumes attached to node. The caller holds the

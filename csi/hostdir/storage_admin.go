@@ -1,0 +1,48 @@
+package hostdir
+
+import (
+	"fmt"
+	"time"
+)
+
+// StorageAttach and StorageDetach change a volume's attachments the way a
+// storage administrator's own tool would: on the storage, behind the
+// CO's back. Tests use them to make claimd's record and the storage
+// disagree (reconciliation, issue 27). They take the same lock the
+// controller does, so they never interleave with a publish.
+
+// StorageAttach records volumeID as attached to nodeID under root.
+func StorageAttach(root, volumeID, nodeID string, readOnly bool) error {
+	if !validID(volumeID) || nodeID == "" {
+		return fmt.Errorf("hostdir: volume %q or node %q is not valid", volumeID, nodeID)
+	}
+	return editAttachments(root, volumeID, func(a *attachments) {
+		a.Nodes[nodeID] = attachment{AccessMode: "SINGLE_NODE_WRITER", ReadOnly: readOnly, Since: time.Now().UTC()}
+	})
+}
+
+// StorageDetach removes volumeID's attachment to nodeID under root.
+func StorageDetach(root, volumeID, nodeID string) error {
+	if !validID(volumeID) {
+		return fmt.Errorf("hostdir: volume %q is not valid", volumeID)
+	}
+	return editAttachments(root, volumeID, func(a *attachments) { delete(a.Nodes, nodeID) })
+}
+
+func editAttachments(root, volumeID string, edit func(*attachments)) error {
+	st := store{root: root}
+	if err := st.init(); err != nil {
+		return err
+	}
+	unlock, err := st.lockAttachments()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	a, err := st.readAttachments(volumeID)
+	if err != nil {
+		return err
+	}
+	edit(a)
+	return st.writeAttachments(volumeID, a)
+}
