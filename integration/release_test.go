@@ -35,7 +35,13 @@ func newReleaseEnv(t *testing.T, workers ...string) *releaseEnv {
 // node plugin before it starts (a volume limit, say).
 func newReleaseEnvWith(t *testing.T, edit func(*harness.TestPlugin), workers ...string) *releaseEnv {
 	t.Helper()
-	c := harness.NewCluster(t, 3, harness.Options{})
+	return newReleaseEnvOpts(t, harness.Options{}, edit, workers...)
+}
+
+// newReleaseEnvOpts is newReleaseEnvWith on a cluster made with opts.
+func newReleaseEnvOpts(t *testing.T, opts harness.Options, edit func(*harness.TestPlugin), workers ...string) *releaseEnv {
+	t.Helper()
+	c := harness.NewCluster(t, 3, opts)
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	e := &releaseEnv{c: c, root: filepath.Join(t.TempDir(), "storage"),

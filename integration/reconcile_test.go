@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/csi/hostdir"
+	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/server"
+	"github.com/claimd/claimd/structs"
+)
+
+// Storage truth (issue 27, decision 40): the storage and the record are
+// made to disagree both ways behind claimd's back — an attachment no claim
+// knows of, a claim whose attachment was removed, a volume claimd does not
+// know — and reconciliation finds each, reports it (CLI exit 2, volume
+// status, the recorded report), repairs only the orphan of a fence-policy
+// volume and only after its grace, and shows the storage before a forced
+// detach.
+func TestReconcile_FindsBothWaysAndRepairsOnlyWhatIsSafe(t *testing.T) {
+	const grace = 2 * time.Second
+	e := newReleaseEnvOpts(t, harness.Options{Configure: func(cfg *server.Config) {
+		cfg.ReconcileInterval = -1 // rounds only when asked: the test decides when
+		cfg.ReconcileRepairGrace = grace
+	}}, nil, "w1", "w2")
+	for _, v := range []struct {
+		id     string
+		policy structs.NodeLostPolicy
+	}{{"v1", structs.NodeLostFence}, {"v2", structs.NodeLostWait}, {"v3", structs.NodeLostFence}} {
+		vol := testVolume(v.id)
+		vol.NodeLost = v.policy
+		if _, err := e.api.RegisterVolumes(harness.Ctx(t, 30*time.Second), vol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The volumes exist on the storage (registered volumes are made on
+	// first use otherwise).
+	for _, ext := range []string{"ext-v2", "ext-v3"} {
+		if err := os.MkdirAll(filepath.Join(e.root, "volumes", ext), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	cli := func(args ...string) harness.CLIResult { return harness.RunCLIEnv(t, e.cliEnv(t), args...) }
+
+	// Everything agrees at first.
+	if r := cli("volume", "reconcile"); r.Code != 0 || !strings.Contains(r.Stdout, "The storage agrees with the record") {
+		t.Fatalf("reconcile of an agreeing storage exp: exit 0, agrees got: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+
+	// Behind claimd's back: v1's attachment to w1 removed (a1 still
+	// claims it), v2 and v3 attached to w2 (no claim), a stray volume.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(hostdir.StorageDetach(e.root, "ext-v1", "ext-w1"))
+	must(hostdir.StorageAttach(e.root, "ext-v2", "ext-w2", false))
+	must(hostdir.StorageAttach(e.root, "ext-v3", "ext-w2", false))
+	must(os.MkdirAll(filepath.Join(e.root, "volumes", "stray"), 0o755))
+
+	r := cli("volume", "reconcile")
+	if r.Code != 2 {
+		t.Fatalf("reconcile with disagreements exp: exit 2 got: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	want := map[string]bool{"missing v1 ext-v1 " + e.clients["w1"].NodeID() + " a1": true,
+		"orphan v2 ext-v2 " + e.clients["w2"].NodeID(): true, "orphan v3 ext-v3 " + e.clients["w2"].NodeID(): true,
+		"unknown-volume - stray": true}
+	for line := range want {
+		found := false
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			found = found || strings.HasPrefix(strings.Join(strings.Fields(l), " "), line)
+		}
+		if !found {
+			t.Fatalf("reconcile report exp: a line %q got:\n%s", line, r.Stdout)
+		}
+	}
+	reports, _, err := e.api.StorageReports(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
+	if err != nil || len(reports) != 1 || len(reports[0].Findings) != 4 {
+		t.Fatalf("recorded report exp: 4 findings got: %+v %v", reports, err)
+	}
+	// Every server has the same report (it is in Raft).
+	e.c.WaitForApplied(reports[0].ModifyIndex, 10*time.Second)
+	for _, s := range e.c.Servers {
+		got, _ := s.Server().State().StorageReport(nil, "hostdir")
+		if got == nil || len(got.Findings) != 4 {
+			t.Fatalf("report on %s exp: the same 4 findings got: %+v", s.Name, got)
+		}
+	}
+	if st := cli("volume", "status", "v1"); !strings.Contains(st.Stdout, "Disagrees with the record") || !strings.Contains(st.Stdout, "claim recorded as attached; the storage does not show it") {
+		t.Fatalf("volume status v1 exp: the missing attachment got:\n%s", st.Stdout)
+	}
+
+	// After the grace, the next round detaches v3's orphan (fence), not
+	// v2's (wait), and never v1's (its claim is live).
+	harness.WaitFor(t, 30*time.Second, func() error {
+		resp, err := e.api.ReconcileVolumes(harness.Ctx(t, 30*time.Second), "")
+		if err != nil {
+			return err
+		}
+		for _, f := range resp.Reports[0].Findings {
+			if f.VolumeID == "v3" && !f.RepairedAt.IsZero() {
+				return nil
+			}
+		}
+		return fmt.Errorf("v3's orphan exp: repaired after %s got: %+v", grace, resp.Reports[0].Findings)
+	})
+	v3Storage, err := e.api.VolumeStorage(harness.Ctx(t, 10*time.Second), "v3")
+	if err != nil || !v3Storage.Found || len(v3Storage.PublishedNodes) != 0 {
+		t.Fatalf("v3 on the storage after the repair exp: attached nowhere got: %+v %v", v3Storage, err)
+	}
+	v2Storage, err := e.api.VolumeStorage(harness.Ctx(t, 10*time.Second), "v2")
+	if err != nil || len(v2Storage.PublishedNodes) != 1 {
+		t.Fatalf("v2 (wait policy) on the storage exp: still attached to w2 got: %+v %v", v2Storage, err)
+	}
+	v3, _, err := e.api.Volume(harness.Ctx(t, 10*time.Second), "v3", structs.QueryOptions{})
+	if err != nil || len(v3.Repairs) != 1 || v3.Repairs[0].ExternalNodeID != "ext-w2" {
+		t.Fatalf("v3's repair exp: recorded on the volume got: %+v %v", v3, err)
+	}
+	if n := countCalls(e.controller.Audit(), "ControllerUnpublishVolume", "ext-v1", ""); n != 0 {
+		t.Fatalf("v1 (a live claim) exp: never detached got: %d controller detaches", n)
+	}
+	if st := cli("volume", "status", "v3"); !strings.Contains(st.Stdout, "orphan-detached") {
+		t.Fatalf("volume status v3 exp: the repair in the timeline got:\n%s", st.Stdout)
+	}
+
+	// A forced detach first says what the storage has.
+	res := cli("volume", "detach", "-force", "v2", e.clients["w2"].NodeID())
+	if !strings.Contains(res.Stderr, "Storage: v2 is still attached to: ext-w2 (node "+e.clients["w2"].NodeID()+")") {
+		t.Fatalf("volume detach -force exp: the storage's view first got: %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+}
