@@ -22,11 +22,13 @@ func CapabilityOf(v *structs.Volume) VolumeCapability {
 }
 
 var accessModes = map[structs.AccessMode]csipb.VolumeCapability_AccessMode_Mode{
-	structs.AccessModeSingleNodeReader:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
-	structs.AccessModeSingleNodeWriter:      csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
-	structs.AccessModeMultiNodeReader:       csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
-	structs.AccessModeMultiNodeSingleWriter: csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
-	structs.AccessModeMultiNodeMultiWriter:  csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+	structs.AccessModeSingleNodeReader:       csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+	structs.AccessModeSingleNodeWriter:       csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+	structs.AccessModeMultiNodeReader:        csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+	structs.AccessModeMultiNodeSingleWriter:  csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+	structs.AccessModeMultiNodeMultiWriter:   csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+	structs.AccessModeSingleNodeSingleWriter: csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+	structs.AccessModeSingleNodeMultiWriter:  csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER,
 }
 
 // ToCSI converts the capability. Invalid modes are refused with a coded

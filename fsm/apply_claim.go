@@ -116,10 +116,13 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 	if ok, why := schedulable(tx, old.PluginID, n.ID); !ok {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))
 	}
+	if err := checkModeCapability(old, n); err != nil {
+		return nil, false, err
+	}
 	if err := checkTopology(old, n); err != nil {
 		return nil, false, err
 	}
-	if err := checkClaimLimits(old, r.Mode); err != nil {
+	if err := checkClaimLimits(old, r.Mode, n.ID); err != nil {
 		return nil, false, err
 	}
 	if err := checkNodeVolumeLimit(tx, old, n); err != nil {

@@ -17,6 +17,8 @@ import (
 //	multi-node-reader-only      unlimited            0
 //	multi-node-single-writer    unlimited            1
 //	multi-node-multi-writer     unlimited            unlimited
+//	single-node-single-writer   1 alloc in total, read or write
+//	single-node-multi-writer    unlimited, all on one node
 //
 // Past claims count against every limit until they are freed: a volume
 // that is still attached to the old writer's node is not free for a new
@@ -31,11 +33,19 @@ func writable(m structs.AccessMode) bool {
 
 // checkClaimLimits returns a retryable max_claims error when a new claim
 // of the given mode would break the access-mode table on v.
-func checkClaimLimits(v *structs.Volume, mode structs.ClaimMode) error {
+func checkClaimLimits(v *structs.Volume, mode structs.ClaimMode, nodeID string) error {
 	var holders []*structs.Claim
 	switch v.AccessMode {
-	case structs.AccessModeSingleNodeReader, structs.AccessModeSingleNodeWriter:
+	case structs.AccessModeSingleNodeReader, structs.AccessModeSingleNodeWriter, structs.AccessModeSingleNodeSingleWriter:
 		holders = v.AllClaims()
+	case structs.AccessModeSingleNodeMultiWriter:
+		// One node at a time: any claim from another node, even one being
+		// released, holds the volume there.
+		for _, c := range v.AllClaims() {
+			if c.NodeID != nodeID {
+				holders = append(holders, c)
+			}
+		}
 	case structs.AccessModeMultiNodeSingleWriter:
 		if mode != structs.ClaimModeWrite {
 			return nil
@@ -56,8 +66,11 @@ func checkClaimLimits(v *structs.Volume, mode structs.ClaimMode) error {
 }
 
 func limitText(m structs.AccessMode) string {
-	if m == structs.AccessModeMultiNodeSingleWriter {
+	switch m {
+	case structs.AccessModeMultiNodeSingleWriter:
 		return "one writer"
+	case structs.AccessModeSingleNodeMultiWriter:
+		return "one node"
 	}
 	return "one alloc"
 }
@@ -76,4 +89,20 @@ func describeClaims(cs []*structs.Claim) string {
 		parts = append(parts, fmt.Sprintf("alloc %q (%s, %s)", c.AllocID, c.Mode, c.State))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// checkModeCapability refuses a claim in a CSI 1.5 single-node mode on a
+// node whose plugin does not advertise SINGLE_NODE_MULTI_WRITER: the
+// plugin would not understand the mode it is asked to publish with.
+// Invalid, not unschedulable: retrying does not teach the plugin.
+func checkModeCapability(v *structs.Volume, n *structs.Node) error {
+	if !v.AccessMode.NeedsSingleNodeMultiWriter() {
+		return nil
+	}
+	fp := n.CSINodePlugins[v.PluginID]
+	if fp != nil && fp.NodeCapabilities != nil && fp.NodeCapabilities.SingleNodeMultiWriter {
+		return nil
+	}
+	return structs.Invalid("access_mode", fmt.Sprintf("volume %q is %s, and plugin %q on node %q does not advertise SINGLE_NODE_MULTI_WRITER",
+		v.ID, v.AccessMode, v.PluginID, n.ID))
 }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/claimd/claimd/structs"
@@ -59,6 +60,19 @@ func TestClaim_AccessModeTable(t *testing.T) {
 			exNone: {ok, ok}, exLiveRead: {ok, ok}, exLiveWrite: {ok, ok},
 			exPastRead: {ok, ok}, exPastWrite: {ok, ok}, exSameAlloc: {same, same},
 		},
+		structs.AccessModeSingleNodeSingleWriter: {
+			exNone: {ok, ok}, exLiveRead: {max, max}, exLiveWrite: {max, max},
+			exPastRead: {max, max}, exPastWrite: {max, max}, exSameAlloc: {same, same},
+		},
+		// "other" is on n2 and the claim under test on n1: another node
+		// holds the volume, whatever the claims' modes.
+		structs.AccessModeSingleNodeMultiWriter: {
+			exNone: {ok, ok}, exLiveRead: {max, max}, exLiveWrite: {max, max},
+			exPastRead: {max, max}, exPastWrite: {max, max}, exSameAlloc: {same, same},
+		},
+	}
+	if len(table) != len(structs.AccessModes) {
+		t.Fatalf("table exp: a row per access mode got: %d of %d", len(table), len(structs.AccessModes))
 	}
 	cases := []existing{exNone, exLiveRead, exLiveWrite, exPastRead, exPastWrite, exSameAlloc}
 	for _, am := range structs.AccessModes {
@@ -87,8 +101,11 @@ func TestClaim_AccessModeTable(t *testing.T) {
 // "me" on n1 and "other" on n2, both requesting v1.
 func newTableHarness(t *testing.T, am structs.AccessMode) *harness {
 	h := mustNewHarness(t)
-	h.registerNode(testNode("n1"))
-	h.registerNode(testNode("n2"))
+	for _, id := range []string{"n1", "n2"} {
+		n := testNode(id)
+		n.CSINodePlugins["hostdir"].NodeCapabilities = &structs.CSINodeCapabilities{SingleNodeMultiWriter: true}
+		h.registerNode(n)
+	}
 	h.registerVolumes(testVolume("v1", am))
 	h.placeAllocs(testAlloc("me", "n1", "v1"), testAlloc("other", "n2", "v1"))
 	return h
@@ -422,5 +439,30 @@ func TestNodeDown_LosesAllocsAndReleasesClaims(t *testing.T) {
 	}
 	if v := h.volume("v1"); v.PastClaims["a1"] == nil {
 		t.Fatalf("exp: past claim kept after node deregister got: %+v", v.AllClaims())
+	}
+}
+
+// single-node-multi-writer: any number of writers, on one node; the CSI
+// 1.5 modes need the plugin's SINGLE_NODE_MULTI_WRITER capability.
+func TestClaim_SingleNodeMultiWriter(t *testing.T) {
+	h := mustNewHarness(t)
+	for _, id := range []string{"n1", "n2", "old"} {
+		n := testNode(id)
+		if id != "old" {
+			n.CSINodePlugins["hostdir"].NodeCapabilities = &structs.CSINodeCapabilities{SingleNodeMultiWriter: true}
+		}
+		h.registerNode(n)
+	}
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeMultiWriter))
+	h.placeAllocs(testAlloc("a", "n1", "v1"), testAlloc("b", "n1", "v1"), testAlloc("c", "n2", "v1"), testAlloc("d", "old", "v1"))
+	h.mustClaim("v1", "a", "n1", structs.ClaimModeWrite)
+	h.mustClaim("v1", "b", "n1", structs.ClaimModeWrite)
+	r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "c", NodeID: "n2", Mode: structs.ClaimModeRead})[0]
+	if r.Error == nil || r.Error.Code != structs.CodeMaxClaims || !strings.Contains(r.Error.Message, "allows one node") {
+		t.Fatalf("claim from a second node exp: max_claims, one node got: %v", r.Error)
+	}
+	r = h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "d", NodeID: "old", Mode: structs.ClaimModeWrite})[0]
+	if r.Error == nil || r.Error.Code != structs.CodeInvalid || !strings.Contains(r.Error.Message, "SINGLE_NODE_MULTI_WRITER") {
+		t.Fatalf("claim through a plugin without the capability exp: invalid naming it got: %v", r.Error)
 	}
 }

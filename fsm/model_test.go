@@ -23,6 +23,8 @@ type model struct {
 type mNode struct {
 	ready, healthy bool
 	maxVols        int // max_volumes_per_node of hostdir, 0 = none
+	// snmw: hostdir on the node advertises SINGLE_NODE_MULTI_WRITER.
+	snmw bool
 }
 
 type mAlloc struct {
@@ -99,13 +101,13 @@ func (m *model) deregisterVolume(id string, force bool) structs.ErrorCode {
 	return okCode
 }
 
-func (m *model) registerNode(id string, healthy bool, maxVols int) structs.ErrorCode {
+func (m *model) registerNode(id string, healthy bool, maxVols int, snmw bool) structs.ErrorCode {
 	n := m.nodes[id]
 	if n == nil {
 		n = &mNode{}
 		m.nodes[id] = n
 	}
-	n.ready, n.healthy, n.maxVols = true, healthy, maxVols
+	n.ready, n.healthy, n.maxVols, n.snmw = true, healthy, maxVols, snmw
 	return okCode
 }
 
@@ -278,6 +280,12 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 		return structs.CodeNotFound, false
 	} else if !n.ready || !n.healthy {
 		return structs.CodeUnschedulable, false
+	} else if mode.NeedsSingleNodeMultiWriter() && !n.snmw {
+		return structs.CodeInvalid, false
+	}
+	otherNode := false
+	for _, c := range cs {
+		otherNode = otherNode || c.node != r.NodeID
 	}
 	writers := 0
 	for _, c := range cs {
@@ -286,7 +294,9 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 		}
 	}
 	switch {
-	case (mode == structs.AccessModeSingleNodeReader || mode == structs.AccessModeSingleNodeWriter) && len(cs) > 0,
+	case (mode == structs.AccessModeSingleNodeReader || mode == structs.AccessModeSingleNodeWriter ||
+		mode == structs.AccessModeSingleNodeSingleWriter) && len(cs) > 0,
+		mode == structs.AccessModeSingleNodeMultiWriter && otherNode,
 		mode == structs.AccessModeMultiNodeSingleWriter && r.Mode == structs.ClaimModeWrite && writers > 0:
 		return structs.CodeMaxClaims, false
 	}

@@ -164,11 +164,14 @@ func (r *propRun) registerNodeID(t *rapid.T, id string) {
 	healthy := rapid.IntRange(0, 3).Draw(t, "health") > 0
 	// A small limit, or none, so that random claims hit it often.
 	maxVols := rapid.IntRange(0, 2).Draw(t, "max_volumes")
+	// Whether the plugin takes the CSI 1.5 single-node modes.
+	snmw := rapid.IntRange(0, 3).Draw(t, "snmw") > 0
 	n := testNode(id)
 	n.CSINodePlugins["hostdir"].Healthy = healthy
 	n.CSINodePlugins["hostdir"].MaxVolumes = int64(maxVols)
+	n.CSINodePlugins["hostdir"].NodeCapabilities = &structs.CSINodeCapabilities{SingleNodeMultiWriter: snmw}
 	resp := r.apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
-	r.expect("register node "+id, r.m.registerNode(id, healthy, maxVols), resp)
+	r.expect("register node "+id, r.m.registerNode(id, healthy, maxVols, snmw), resp)
 }
 
 func (r *propRun) nodeDown(t *rapid.T) {
@@ -396,6 +399,14 @@ func checkS1(t fataler, v *structs.Volume) {
 		bad = writers > 0
 	case structs.AccessModeMultiNodeSingleWriter:
 		bad = writers > 1
+	case structs.AccessModeSingleNodeSingleWriter:
+		bad = total > 1
+	case structs.AccessModeSingleNodeMultiWriter:
+		nodes := map[string]bool{}
+		for _, c := range v.AllClaims() {
+			nodes[c.NodeID] = true
+		}
+		bad = len(nodes) > 1
 	}
 	if bad {
 		t.Fatalf("S1 volume %s (%s): exp: within limits got: %d claims, %d writers: %v", v.ID, v.AccessMode, total, writers, v.AllClaims())

@@ -16,12 +16,24 @@ const (
 	AccessModeMultiNodeReader       AccessMode = "multi-node-reader-only"
 	AccessModeMultiNodeSingleWriter AccessMode = "multi-node-single-writer"
 	AccessModeMultiNodeMultiWriter  AccessMode = "multi-node-multi-writer"
+	// The two CSI 1.5 modes, which need the plugin's
+	// SINGLE_NODE_MULTI_WRITER capability: one allocation on one node, and
+	// any number of allocations, writers too, all on one node.
+	AccessModeSingleNodeSingleWriter AccessMode = "single-node-single-writer"
+	AccessModeSingleNodeMultiWriter  AccessMode = "single-node-multi-writer"
 )
 
 // AccessModes lists every valid access mode, in table order.
 var AccessModes = []AccessMode{
 	AccessModeSingleNodeReader, AccessModeSingleNodeWriter, AccessModeMultiNodeReader,
 	AccessModeMultiNodeSingleWriter, AccessModeMultiNodeMultiWriter,
+	AccessModeSingleNodeSingleWriter, AccessModeSingleNodeMultiWriter,
+}
+
+// NeedsSingleNodeMultiWriter reports whether the mode needs the plugin's
+// SINGLE_NODE_MULTI_WRITER capability (CSI 1.5).
+func (m AccessMode) NeedsSingleNodeMultiWriter() bool {
+	return m == AccessModeSingleNodeSingleWriter || m == AccessModeSingleNodeMultiWriter
 }
 
 func (m AccessMode) Valid() bool {

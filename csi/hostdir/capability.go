@@ -6,15 +6,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// supportedModes are the access modes hostdir serves. The two single-node
-// multi-writer modes need the SINGLE_NODE_MULTI_WRITER capability, which
-// hostdir does not advertise.
+// supportedModes are the access modes hostdir serves, the two CSI 1.5
+// single-node modes included (it advertises SINGLE_NODE_MULTI_WRITER).
 var supportedModes = map[csipb.VolumeCapability_AccessMode_Mode]bool{
-	csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER:       true,
-	csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:  true,
-	csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:   true,
-	csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER: true,
-	csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:  true,
+	csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER: true,
+	csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:  true,
+	csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER:        true,
+	csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:   true,
+	csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:    true,
+	csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER:  true,
+	csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:   true,
 }
 
 // checkCapability returns why hostdir cannot serve vc, or "" when it can.
@@ -43,7 +44,9 @@ func requireCapability(vc *csipb.VolumeCapability) error {
 
 func isSingleNode(m csipb.VolumeCapability_AccessMode_Mode) bool {
 	return m == csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER ||
-		m == csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+		m == csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY ||
+		m == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
+		m == csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
 }
 
 func isReaderOnly(m csipb.VolumeCapability_AccessMode_Mode) bool {

@@ -38,6 +38,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		// lets a CO compare its record with the storage's (issue 27).
 		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
 		csipb.ControllerServiceCapability_RPC_GET_VOLUME,
+		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},

@@ -29,6 +29,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabili
 		csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csipb.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.NodeServiceCapability{
 			Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: t}},
@@ -99,6 +100,14 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 
 	s.p.nodeMu.Lock()
 	defer s.p.nodeMu.Unlock()
+	singleWriter := req.GetVolumeCapability().GetAccessMode().GetMode() == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	if singleWriter {
+		// One workload at a time: a second target path on this node is
+		// a second workload.
+		if t, ok := s.p.swTargets[req.GetVolumeId()]; ok && t != req.GetTargetPath() {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-node-single-writer and already published at %s", req.GetVolumeId(), t)
+		}
+	}
 	source := volDir
 	if staging := req.GetStagingTargetPath(); staging != "" {
 		view, bound := stagedView(staging, volDir)
@@ -112,6 +121,12 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 	if err := s.p.mounter.publish(source, volDir, req.GetTargetPath(), readOnly); err != nil {
 		return nil, mountError("publish", err)
 	}
+	if singleWriter {
+		if s.p.swTargets == nil {
+			s.p.swTargets = map[string]string{}
+		}
+		s.p.swTargets[req.GetVolumeId()] = req.GetTargetPath()
+	}
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
 
@@ -123,6 +138,9 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpub
 	defer s.p.nodeMu.Unlock()
 	if err := s.p.mounter.unpublish(req.GetTargetPath()); err != nil {
 		return nil, mountError("unpublish", err)
+	}
+	if s.p.swTargets[req.GetVolumeId()] == req.GetTargetPath() {
+		delete(s.p.swTargets, req.GetVolumeId())
 	}
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
 }

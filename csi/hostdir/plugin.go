@@ -33,6 +33,9 @@ type Plugin struct {
 
 	ctrlMu sync.Mutex
 	nodeMu sync.Mutex
+	// swTargets is where each single-node-single-writer volume is
+	// published on this node (one target path at a time), under nodeMu.
+	swTargets map[string]string
 
 	// exit is what a control file's "exit" does: stop serving here, exit
 	// the process under Main.

@@ -178,7 +178,8 @@ type auditEvent struct {
 }
 
 func singleNode(m structs.AccessMode) bool {
-	return m == structs.AccessModeSingleNodeReader || m == structs.AccessModeSingleNodeWriter
+	return m == structs.AccessModeSingleNodeReader || m == structs.AccessModeSingleNodeWriter ||
+		m == structs.AccessModeSingleNodeSingleWriter || m == structs.AccessModeSingleNodeMultiWriter
 }
 
 // checkAudit replays every plugin's audit log in time order (entries carry

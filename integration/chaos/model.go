@@ -61,7 +61,7 @@ func admissible(access structs.AccessMode, live map[string]bool, write bool) boo
 	switch access {
 	case structs.AccessModeSingleNodeReader:
 		return !write && len(live) == 0
-	case structs.AccessModeSingleNodeWriter:
+	case structs.AccessModeSingleNodeWriter, structs.AccessModeSingleNodeSingleWriter:
 		return len(live) == 0
 	case structs.AccessModeMultiNodeReader:
 		return !write
@@ -85,7 +85,7 @@ func admissible(access structs.AccessMode, live map[string]bool, write bool) boo
 // for a claim of this mode on this access mode.
 func maxClaimsAllowed(access structs.AccessMode, write bool) bool {
 	switch access {
-	case structs.AccessModeSingleNodeWriter:
+	case structs.AccessModeSingleNodeWriter, structs.AccessModeSingleNodeSingleWriter:
 		return true
 	case structs.AccessModeSingleNodeReader:
 		return !write

@@ -211,7 +211,7 @@ func chooseWrite(rng *rand.Rand, m structs.AccessMode) bool {
 	switch m {
 	case structs.AccessModeSingleNodeReader, structs.AccessModeMultiNodeReader:
 		return rng.IntN(10) == 0
-	case structs.AccessModeSingleNodeWriter:
+	case structs.AccessModeSingleNodeWriter, structs.AccessModeSingleNodeSingleWriter:
 		return rng.IntN(10) < 7
 	case structs.AccessModeMultiNodeSingleWriter:
 		return rng.IntN(10) < 4
