@@ -72,9 +72,12 @@ func loadHeldClaims(dir string) (*heldClaims, error) {
 // add records a claim before its volume is mounted: a fence that starts
 // while the mount runs must know of it.
 func (h *heldClaims) add(c *heldClaim) error {
+	// A copy: the caller keeps changing its own (the mount path, once
+	// mounted) while another goroutine's save may be marshalling.
+	cc := *c
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.claims[c.key()] = c
+	h.claims[cc.key()] = &cc
 	return h.saveLocked()
 }
 

@@ -134,3 +134,28 @@ func TestHeldClaims_Durable(t *testing.T) {
 		t.Fatalf("temp files exp: none left got: %v", leftovers)
 	}
 }
+
+// The record keeps its own copy: a caller changing its claim after adding
+// it (the mount path, once mounted) races no save.
+func TestHeldClaims_AddCopies(t *testing.T) {
+	h, err := loadHeldClaims(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &heldClaim{AllocID: "a1", VolumeID: "v1", NodeLost: structs.NodeLostFence}
+	if err := h.add(c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 50; i++ {
+			_ = h.add(&heldClaim{AllocID: "a2", VolumeID: "v2"})
+		}
+	}()
+	c.MountPath = "/changed"
+	<-done
+	if got := h.fenceable(); len(got) != 1 || got[0].MountPath != "" {
+		t.Fatalf("held claim exp: the copy added got: %+v", got)
+	}
+}
