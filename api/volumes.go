@@ -70,3 +70,9 @@ func (c *Client) Release(ctx context.Context, volumeID, allocID string) (*struct
 func (c *Client) DetachVolume(ctx context.Context, volumeID, nodeID string, force bool) (*structs.VolumeDetachResponse, error) {
 	return call[structs.VolumeDetachResponse](ctx, c, "Volume.Detach", &structs.VolumeDetachRequest{VolumeID: volumeID, NodeID: nodeID, Force: force})
 }
+
+// ModifyVolume changes a volume's mutable parameters through its
+// controller (CSI MODIFY_VOLUME) and records them.
+func (c *Client) ModifyVolume(ctx context.Context, volumeID string, params map[string]string) (*structs.VolumeModifyResponse, error) {
+	return call[structs.VolumeModifyResponse](ctx, c, "Volume.Modify", &structs.VolumeModifyRequest{VolumeID: volumeID, MutableParameters: params})
+}

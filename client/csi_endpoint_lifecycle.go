@@ -153,3 +153,20 @@ func (e *csiEndpoint) ControllerListVolumes(args *structs.ClientCSIControllerLis
 	reply.ControllerNodeID = e.a.ident.ID
 	return nil
 }
+
+// ControllerModifyVolume runs ControllerModifyVolume on this node's
+// controller plugin.
+func (e *csiEndpoint) ControllerModifyVolume(args *structs.ClientCSIControllerModifyRequest, reply *structs.ClientCSIControllerModifyResponse) error {
+	c, err := e.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	defer cancel()
+	if err := c.ControllerModifyVolume(ctx, args.ExternalID, args.MutableParameters, args.Secrets); err != nil {
+		return pluginError(err)
+	}
+	reply.ControllerNodeID = e.a.ident.ID
+	e.a.logger.Info("controller modified volume", "volume", args.VolumeID, "parameters", structs.SortedKeys(args.MutableParameters))
+	return nil
+}

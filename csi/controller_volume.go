@@ -96,3 +96,11 @@ func toTopologies(segs []map[string]string) []*csipb.Topology {
 	}
 	return out
 }
+
+// ControllerModifyVolume changes a volume's mutable parameters (CSI
+// MODIFY_VOLUME).
+func (c *Client) ControllerModifyVolume(ctx context.Context, externalID string, params map[string]string, secrets structs.Secrets) error {
+	_, err := invoke(ctx, c, "ControllerModifyVolume", &csipb.ControllerModifyVolumeRequest{
+		VolumeId: externalID, MutableParameters: params, Secrets: secrets}, c.controller.ControllerModifyVolume)
+	return err
+}

@@ -88,6 +88,7 @@ var methodAccess = map[string]access{
 	"Volume.SnapshotDelete": capability(acl.Volume, acl.Delete),
 	"Volume.SnapshotList":   capability(acl.Volume, acl.Read),
 	"Volume.Expand":         capability(acl.Volume, acl.Create),
+	"Volume.Modify":         capability(acl.Volume, acl.Create),
 
 	"Node.Register":     capabilityOrNode(acl.Node, acl.Write),
 	"Node.UpdateStatus": capabilityOrNode(acl.Node, acl.Write),
@@ -130,6 +131,7 @@ var methodAccess = map[string]access{
 	"ClientCSI.ControllerExpandVolume":   {kind: serverOnly},
 	"ClientCSI.NodeExpandVolume":         {kind: serverOnly},
 	"ClientCSI.ControllerListVolumes":    {kind: serverOnly},
+	"ClientCSI.ControllerModifyVolume":   {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

@@ -32,7 +32,7 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 		v := in.Copy()
 		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
 		// The release history is the servers' record, never the spec's.
-		v.Released, v.Repairs = nil, nil
+		v.Released, v.Repairs, v.MutableParameters = nil, nil, nil
 		v.CurrentAccessMode, v.CurrentAttachmentMode = "", ""
 		v.CreateIndex, v.ModifyIndex = tx.index, tx.index
 		if old := getVolume(tx, in.ID); old != nil {
@@ -45,6 +45,12 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 			v.ReadClaims, v.WriteClaims, v.PastClaims = old.ReadClaims, old.WriteClaims, old.PastClaims
 			v.CurrentAccessMode, v.CurrentAttachmentMode = old.CurrentAccessMode, old.CurrentAttachmentMode
 			v.Released, v.Repairs = old.Released, old.Repairs
+			// Mutable parameters change only through a modification the
+			// plugin did, for the same storage object.
+			v.MutableParameters = nil
+			if old.ExternalID == v.ExternalID && old.PluginID == v.PluginID {
+				v.MutableParameters = old.MutableParameters
+			}
 			v.CreateIndex = old.CreateIndex
 			// A known size of the same storage object changes only through
 			// the capacity entry, once the plugin grew it: the register

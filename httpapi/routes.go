@@ -34,6 +34,7 @@ func (s *Server) routes() {
 	handle("GET /v1/snapshots", []string{"plugin"}, s.snapshotList)
 	handle("DELETE /v1/snapshot", []string{"plugin", "id"}, s.snapshotDelete)
 	write("/v1/volume/{id}/expand", nil, s.volumeExpand)
+	write("/v1/volume/{id}/modify", nil, s.volumeModify)
 	handle("POST /v1/volumes/reconcile", []string{"volume"}, s.volumesReconcile)
 	handle("GET /v1/storage/reports", read("plugin"), s.storageReports)
 	handle("GET /v1/volume/{id}/storage", nil, s.volumeStorage)
@@ -105,7 +106,7 @@ var rpcMethods = map[string]bool{
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
 	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true,
-	"Volume.Reconcile": true, "Volume.StorageReports": true, "Volume.Storage": true,
+	"Volume.Modify": true, "Volume.Reconcile": true, "Volume.StorageReports": true, "Volume.Storage": true,
 	"Eval.List": true, "Eval.Get": true,
 	"Status.Leader": true, "Status.Peers": true, "Status.Runtime": true,
 	"Operator.RaftGetConfiguration": true, "Operator.RaftHealth": true, "Operator.RaftRemovePeer": true, "Operator.TransferLeadership": true,

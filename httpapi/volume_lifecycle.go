@@ -73,6 +73,23 @@ type expandResult struct {
 }
 
 // PUT|POST /v1/volume/{id}/expand: {"capacity": BYTES}.
+// PUT|POST /v1/volume/{id}/modify: `claimd volume modify`; the body is
+// {"mutable_parameters": {...}}. Answers the recorded volume.
+func (s *Server) volumeModify(w http.ResponseWriter, r *http.Request) (any, error) {
+	var body struct {
+		MutableParameters map[string]string `json:"mutable_parameters"`
+	}
+	if err := decodeBody(w, r, &body); err != nil {
+		return nil, err
+	}
+	var out structs.VolumeModifyResponse
+	if err := s.rpc(r, "Volume.Modify", &structs.VolumeModifyRequest{VolumeID: r.PathValue("id"), MutableParameters: body.MutableParameters}, &out); err != nil {
+		return nil, err
+	}
+	setWriteIndex(w, out.Index)
+	return out.Volume, nil
+}
+
 func (s *Server) volumeExpand(w http.ResponseWriter, r *http.Request) (any, error) {
 	var body struct {
 		Capacity int64 `json:"capacity"`

@@ -45,6 +45,9 @@ const (
 	// of an older version skips it during a rolling upgrade. 21 is left
 	// for the drain work landing beside it.
 	StorageReportRequestType MessageType = 22
+	// VolumeModifiedRequestType records a volume's mutable parameters
+	// after the plugin changed them (ControllerModifyVolume).
+	VolumeModifiedRequestType MessageType = 23
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -132,6 +132,9 @@ type Volume struct {
 	// reconciliation detached from this volume (issue 27): the release
 	// timeline of attachments no claim explained.
 	Repairs []*StorageRepair `json:"repairs,omitempty"`
+	// MutableParameters are the parameters a ControllerModifyVolume set
+	// (`claimd volume modify`), recorded once the plugin did it.
+	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
 
 	// CurrentAccessMode and CurrentAttachmentMode are the modes the volume
 	// is in use with: set by the first claim, kept while any claim (live or
@@ -357,6 +360,7 @@ func (v *Volume) Copy() *Volume {
 		c.MountOptions = &mo
 	}
 	c.Parameters = copyStringMap(v.Parameters)
+	c.MutableParameters = copyStringMap(v.MutableParameters)
 	c.Context = copyStringMap(v.Context)
 	c.Secrets = Secrets(copyStringMap(v.Secrets))
 	if v.AccessibleTopology != nil {

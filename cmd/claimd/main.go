@@ -48,6 +48,7 @@ var commands = []command{
 		{name: "delete", usage: "delete an unclaimed volume through its controller plugin", run: runVolumeDelete},
 		{name: "detach", usage: "release a node's claims on a volume now (-force: node gone for good)", run: runVolumeDetach},
 		{name: "expand", usage: "grow a volume to -capacity through its plugin, on the controller and the nodes using it", run: runVolumeExpand},
+		{name: "modify", usage: "change a volume's mutable parameters through its controller plugin (CSI MODIFY_VOLUME)", run: runVolumeModify},
 		{name: "reconcile", usage: "compare the storage's attachments with claimd's record now (exit 2 when they disagree)", run: runVolumeReconcile},
 		{name: "snapshot", sub: []command{
 			{name: "create", usage: "snapshot a volume through its controller plugin (idempotent by NAME)", run: runSnapshotCreate},

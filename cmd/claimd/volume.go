@@ -153,6 +153,9 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	fmt.Fprintf(tw, "Topology\t= %s\n", orDash(v.TopologyText()))
 	fmt.Fprintf(tw, "Node Lost\t= %s\n", v.NodeLost.OrWait())
 	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
+	if len(v.MutableParameters) > 0 {
+		fmt.Fprintf(tw, "Mutable Parameters\t= %s\n", formatMap(v.MutableParameters))
+	}
 	fmt.Fprintf(tw, "Secrets\t= %s\n", formatSecretKeys(v.Secrets))
 	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
 	fmt.Fprintf(tw, "Current Modes\t= %s %s\n", orDash(string(v.CurrentAccessMode)), string(v.CurrentAttachmentMode))

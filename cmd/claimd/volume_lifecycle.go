@@ -170,3 +170,33 @@ func reportExpansions(stdout, stderr io.Writer, grown ...*structs.VolumeExpansio
 	}
 	return code
 }
+
+// runVolumeModify is `claimd volume modify -param K=V [-param ...] VOLUME`:
+// ControllerModifyVolume with the volume's mutable parameters, recorded on
+// the volume once the plugin did it.
+func runVolumeModify(args []string, stdout, stderr io.Writer) int {
+	x := newServerCmd("volume modify", stdout, stderr).flagsAnywhere()
+	params := map[string]string{}
+	x.fs.Func("param", "a mutable parameter to set, KEY=VALUE (repeat for more)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", s)
+		}
+		params[k] = v
+		return nil
+	})
+	check := func(pos []string) error {
+		if len(pos) != 1 || len(params) == 0 {
+			return errors.New("usage: claimd volume modify -param KEY=VALUE [-param ...] VOLUME")
+		}
+		return nil
+	}
+	return x.run(args, check, func(ctx context.Context, c *api.Client, pos []string) int {
+		out, err := c.ModifyVolume(ctx, pos[0], params)
+		if err != nil {
+			return x.fail("modify: %v", err)
+		}
+		fmt.Fprintf(stdout, "Volume %q modified (index %d); mutable parameters now: %s\n", pos[0], out.Index, formatMap(out.Volume.MutableParameters))
+		return 0
+	})
+}

@@ -39,6 +39,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES,
 		csipb.ControllerServiceCapability_RPC_GET_VOLUME,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},

@@ -98,6 +98,8 @@ type volumeMeta struct {
 	// Topology is the volume's accessible topology; empty when the plugin
 	// has none.
 	Topology []map[string]string `json:"topology,omitempty"`
+	// Mutable are the values ControllerModifyVolume set.
+	Mutable map[string]string `json:"mutable,omitempty"`
 }
 
 // volumeIDs lists the volumes under Root, sorted. Entries that are not

@@ -54,6 +54,9 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 			return nil, err
 		}
 	}
+	if err := checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
+	}
 	source, err := contentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
@@ -114,6 +117,7 @@ func (s *controllerServer) CreateVolume(_ context.Context, req *csipb.CreateVolu
 	meta := volumeMeta{
 		Name: req.GetName(), CapacityBytes: capacity, Created: time.Now().UTC(),
 		Parameters: req.GetParameters(), Source: source, Topology: topology,
+		Mutable: req.GetMutableParameters(),
 	}
 	if err := writeJSON(p.store.metaFile(id), meta); err != nil {
 		_ = os.RemoveAll(tmp)
