@@ -150,6 +150,20 @@ func (e *csiEndpoint) ControllerListVolumes(args *structs.ClientCSIControllerLis
 		reply.Volumes = vols
 	}
 	reply.PublishedNodes = caps.ListPublishedNodes
+	switch {
+	case args.ExternalID != "" && caps.VolumeHealth:
+		if h, err := c.ControllerGetVolumeHealth(ctx, args.ExternalID); err == nil && len(h) > 0 {
+			reply.Health = map[string][]string{args.ExternalID: h}
+		}
+	case args.ExternalID == "" && caps.ListVolumeHealth:
+		// Health is an extra: a plugin that fails it still answers the
+		// listing, which is what reconciliation needs first.
+		if h, err := c.ListVolumeHealth(ctx); err == nil {
+			reply.Health = h
+		} else {
+			e.a.logger.Warn("listing volume health failed", "plugin", args.PluginID, "error", err)
+		}
+	}
 	reply.ControllerNodeID = e.a.ident.ID
 	return nil
 }

@@ -60,3 +60,52 @@ func (c *Client) ControllerGetVolume(ctx context.Context, externalID string) (*s
 	}
 	return lv, nil
 }
+
+// ListVolumeHealth returns the adverse conditions of every volume that
+// has any, by external ID, as "TYPE: reason" (ControllerListVolumeHealth,
+// all pages).
+func (c *Client) ListVolumeHealth(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	token := ""
+	for page := 0; ; page++ {
+		if page == maxListPages {
+			return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("ControllerListVolumeHealth: more than %d pages", maxListPages))
+		}
+		resp, err := invoke(ctx, c, "ControllerListVolumeHealth", &csipb.ControllerListVolumeHealthRequest{MaxEntries: 500, StartingToken: token}, c.controller.ControllerListVolumeHealth)
+		if err != nil {
+			return nil, err
+		}
+		for _, vh := range resp.GetEntries() {
+			if s := healthText(vh); len(s) > 0 {
+				out[vh.GetVolumeId()] = s
+			}
+		}
+		token = resp.GetNextToken()
+		if token == "" {
+			return out, nil
+		}
+	}
+}
+
+// ControllerGetVolumeHealth returns one volume's adverse conditions.
+func (c *Client) ControllerGetVolumeHealth(ctx context.Context, externalID string) ([]string, error) {
+	resp, err := invoke(ctx, c, "ControllerGetVolumeHealth", &csipb.ControllerGetVolumeHealthRequest{VolumeId: externalID}, c.controller.ControllerGetVolumeHealth)
+	if err != nil {
+		return nil, err
+	}
+	return healthText(resp.GetVolumeHealth()), nil
+}
+
+// healthText renders a volume's conditions; unknown types are kept by
+// their number (the spec asks COs to ignore what they do not know, and to
+// show it).
+func healthText(vh *csipb.VolumeHealth) []string {
+	var out []string
+	for _, e := range vh.GetHealthStatuses() {
+		if e.GetStatus() == csipb.VolumeHealthErrorType_UNKNOWN_VOLUME_HEALTH_TYPE && e.GetReason() == "" {
+			continue
+		}
+		out = append(out, e.GetStatus().String()+": "+e.GetReason())
+	}
+	return out
+}

@@ -26,6 +26,11 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	// The token and the origin have done their work: neither is written
 	// to the log.
 	args.AuthToken, args.Origin = "", structs.CallOrigin{}
+	if !args.Release {
+		if err := refuseIfAbnormal(v.srv.State(), args); err != nil {
+			return err
+		}
+	}
 	res, index, err := v.srv.SubmitClaim(args)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -137,5 +138,35 @@ func (v *Volume) Storage(args *structs.VolumeStorageRequest, reply *structs.Volu
 		}
 	}
 	reply.Index = state.TableIndex(fsm.TableVolumes)
+	return nil
+}
+
+// refuseIfAbnormal refuses a new claim on a volume that asks for it
+// (refuse_claims_when_abnormal) while its plugin's last reconciliation
+// round found it abnormal. It is decided here, on the leader before the
+// claim is submitted, not in the state machine: storage reports are
+// advisory entries an older server may skip (decision 40), so no state
+// transition may depend on them. A claim the allocation already holds is
+// answered as before. Unschedulable: the client retries, and the next
+// round that finds the volume healthy lets the claim through.
+func refuseIfAbnormal(state *fsm.StateStore, args *structs.VolumeClaimRequest) error {
+	vol, err := state.VolumeByID(nil, args.VolumeID)
+	if err != nil || vol == nil || !vol.RefuseClaimsWhenAbnormal {
+		return nil
+	}
+	if c := vol.Claim(args.AllocID); c != nil {
+		return nil
+	}
+	report, err := state.StorageReport(nil, vol.PluginID)
+	if err != nil || report == nil {
+		return nil
+	}
+	for _, f := range report.ForVolume(vol.ID) {
+		if f.Kind == structs.FindingAbnormal {
+			return structs.NewError(structs.CodeUnschedulable, fmt.Sprintf(
+				"volume %q is abnormal on the storage (%s, since %s) and refuses new claims (refuse_claims_when_abnormal)",
+				vol.ID, f.Message, f.FirstSeen.UTC().Format(time.RFC3339)))
+		}
+	}
 	return nil
 }

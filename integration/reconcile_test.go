@@ -137,3 +137,48 @@ func TestReconcile_FindsBothWaysAndRepairsOnlyWhatIsSafe(t *testing.T) {
 		t.Fatalf("volume detach -force exp: the storage's view first got: %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }
+
+// Volume health (issue 27): a volume the storage reports degraded is found
+// abnormal, shown with what the storage said, and — when its spec asks —
+// refuses new claims until a round finds it healthy again; the
+// allocation waiting for it then runs by itself.
+func TestReconcile_AbnormalVolumeRefusesNewClaimsUntilHealthy(t *testing.T) {
+	e := newReleaseEnvOpts(t, harness.Options{Configure: func(cfg *server.Config) { cfg.ReconcileInterval = -1 }}, nil, "w1")
+	vol := testVolume("v1")
+	vol.RefuseClaimsWhenAbnormal = true
+	if _, err := e.api.RegisterVolumes(harness.Ctx(t, 30*time.Second), vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.root, "volumes", "ext-v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := hostdir.StorageSetHealth(e.root, "ext-v1", hostdir.HealthStatus{Type: "DEGRADED", Reason: "disk failing"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.api.ReconcileVolumes(harness.Ctx(t, 30*time.Second), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := resp.Reports[0].ForVolume("v1")
+	if len(f) != 1 || f[0].Kind != structs.FindingAbnormal || f[0].Message != "DEGRADED: disk failing" {
+		t.Fatalf("findings exp: v1 abnormal, DEGRADED: disk failing got: %+v", f)
+	}
+	e.run(t, "a1", "w1", "v1")
+	_, err = e.api.Claim(harness.Ctx(t, 10*time.Second), &structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", NodeID: e.clients["w1"].NodeID(), Mode: structs.ClaimModeWrite})
+	if err == nil || !strings.Contains(err.Error(), "abnormal on the storage (DEGRADED: disk failing") {
+		t.Fatalf("claim on an abnormal volume exp: refused naming the condition got: %v", err)
+	}
+	if st := harness.RunCLIEnv(t, e.cliEnv(t), "volume", "status", "v1"); !strings.Contains(st.Stdout, "the storage reports: DEGRADED: disk failing") {
+		t.Fatalf("volume status exp: the condition got:\n%s", st.Stdout)
+	}
+	if a, _, _ := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a1", structs.QueryOptions{}); a.ClientStatus == structs.AllocClientRunning {
+		t.Fatal("allocation on an abnormal volume exp: waiting got: running")
+	}
+	if err := hostdir.StorageSetHealth(e.root, "ext-v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.api.ReconcileVolumes(harness.Ctx(t, 30*time.Second), "v1"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+}

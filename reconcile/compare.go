@@ -8,6 +8,7 @@ package reconcile
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/claimd/claimd/structs"
@@ -24,6 +25,8 @@ type Input struct {
 	Listed        []*structs.StorageVolume
 	// Nodes maps the plugin's node IDs to claimd's node IDs.
 	Nodes map[string]string
+	// Health are the storage's adverse conditions by external ID.
+	Health map[string][]string
 	// PublishedNodes: the listing reports published nodes. Without them
 	// attachments cannot be compared (an empty list means nothing), and
 	// only unknown volumes are found.
@@ -60,6 +63,10 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 			continue
 		}
 		known++
+		if va != nil && len(in.Health[lv.ExternalID]) > 0 {
+			add(&structs.StorageFinding{Kind: structs.FindingAbnormal, VolumeID: va.ID, ExternalID: lv.ExternalID,
+				Message: truncateMessage(strings.Join(in.Health[lv.ExternalID], "; "))})
+		}
 		if vb == nil || va == nil || !in.PublishedNodes {
 			continue // registered or deregistered during the listing
 		}
@@ -108,6 +115,14 @@ func Compare(in Input) (findings []*structs.StorageFinding, known, unknownTrunca
 		findings = findings[:structs.MaxStorageFindings]
 	}
 	return findings, known, unknownTruncated
+}
+
+func truncateMessage(s string) string {
+	const max = 1024
+	if len(s) > max {
+		return s[:max]
+	}
+	return s
 }
 
 func sortedKeys(m map[string]*structs.Volume) []string {

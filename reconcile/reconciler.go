@@ -264,7 +264,7 @@ func (r *Reconciler) round(pluginID string) (*structs.StorageReport, error) {
 	}
 	report.Findings, report.Known, report.UnknownTruncated = Compare(Input{
 		PluginID: pluginID, Before: before, After: after, Listed: reply.Volumes, Nodes: nodes,
-		PublishedNodes: reply.PublishedNodes, Previous: prev, Now: now})
+		PublishedNodes: reply.PublishedNodes, Health: reply.Health, Previous: prev, Now: now})
 	return report, nil
 }
 
@@ -322,7 +322,8 @@ func truncate(s string) string {
 
 // emit publishes a round's findings as gauges by plugin and kind.
 func emit(r *structs.StorageReport) {
-	counts := map[structs.FindingKind]int{structs.FindingOrphan: 0, structs.FindingMissing: 0, structs.FindingUnknownVolume: r.UnknownTruncated}
+	counts := map[structs.FindingKind]int{structs.FindingOrphan: 0, structs.FindingMissing: 0,
+		structs.FindingUnknownVolume: r.UnknownTruncated, structs.FindingAbnormal: 0}
 	for _, f := range r.Findings {
 		counts[f.Kind]++
 	}

@@ -23,6 +23,9 @@ const (
 	// FindingUnknownVolume: the storage has a volume claimd does not know.
 	// Listed, never touched.
 	FindingUnknownVolume FindingKind = "unknown-volume"
+	// FindingAbnormal: the storage reports adverse conditions of a known
+	// volume (CSI volume health); Message says which.
+	FindingAbnormal FindingKind = "abnormal"
 )
 
 // StorageVolume is one volume as the storage reports it (ListVolumes,
@@ -46,6 +49,8 @@ type StorageFinding struct {
 	ExternalNodeID string `json:"external_node_id,omitempty"`
 	// AllocID is the claim's allocation (missing attachments).
 	AllocID string `json:"alloc_id,omitempty"`
+	// Message is what the storage said (abnormal volumes).
+	Message string `json:"message,omitempty"`
 	// FirstSeen is when a round first found it; it is kept while every
 	// later round finds it again, and is what a repair's grace counts from.
 	FirstSeen time.Time `json:"first_seen"`
@@ -107,9 +112,12 @@ func (r *StorageReport) Validate() error {
 			return Invalid(field, "must not be null")
 		}
 		switch f.Kind {
-		case FindingOrphan, FindingMissing, FindingUnknownVolume:
+		case FindingOrphan, FindingMissing, FindingUnknownVolume, FindingAbnormal:
 		default:
-			return Invalid(field+".kind", fmt.Sprintf("%q is not %q, %q or %q", f.Kind, FindingOrphan, FindingMissing, FindingUnknownVolume))
+			return Invalid(field+".kind", fmt.Sprintf("%q is not %q, %q, %q or %q", f.Kind, FindingOrphan, FindingMissing, FindingUnknownVolume, FindingAbnormal))
+		}
+		if len(f.Message) > maxVolumeValueLen {
+			return Invalid(field+".message", fmt.Sprintf("longer than %d bytes", maxVolumeValueLen))
 		}
 		if f.ExternalID == "" || len(f.ExternalID) > maxVolumeValueLen {
 			return Invalid(field+".external_id", fmt.Sprintf("must be 1 to %d bytes", maxVolumeValueLen))
@@ -162,8 +170,11 @@ type ClientCSIControllerListVolumesRequest struct {
 // what the controller can report: published nodes only when
 // PublishedNodes is set (otherwise a volume's empty list means nothing).
 type ClientCSIControllerListVolumesResponse struct {
-	Volumes          []*StorageVolume
-	PublishedNodes   bool
+	Volumes        []*StorageVolume
+	PublishedNodes bool
+	// Health are the adverse conditions of volumes that have any, by
+	// external ID, when the controller reports volume health.
+	Health           map[string][]string
 	ControllerNodeID string
 }
 

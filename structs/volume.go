@@ -135,6 +135,10 @@ type Volume struct {
 	// MutableParameters are the parameters a ControllerModifyVolume set
 	// (`claimd volume modify`), recorded once the plugin did it.
 	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	// RefuseClaimsWhenAbnormal: while the last reconciliation round found
+	// the volume abnormal (CSI volume health), new claims are refused
+	// (unschedulable, naming the condition); claims held stay.
+	RefuseClaimsWhenAbnormal bool `json:"refuse_claims_when_abnormal,omitempty"`
 
 	// CurrentAccessMode and CurrentAttachmentMode are the modes the volume
 	// is in use with: set by the first claim, kept while any claim (live or

@@ -152,6 +152,9 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	fmt.Fprintf(tw, "Capacity\t= %s\n", capacityText(v.Capacity))
 	fmt.Fprintf(tw, "Topology\t= %s\n", orDash(v.TopologyText()))
 	fmt.Fprintf(tw, "Node Lost\t= %s\n", v.NodeLost.OrWait())
+	if v.RefuseClaimsWhenAbnormal {
+		fmt.Fprintf(tw, "When Abnormal\t= refuse new claims\n")
+	}
 	fmt.Fprintf(tw, "Parameters\t= %s\n", formatMap(v.Parameters))
 	if len(v.MutableParameters) > 0 {
 		fmt.Fprintf(tw, "Mutable Parameters\t= %s\n", formatMap(v.MutableParameters))

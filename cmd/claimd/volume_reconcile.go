@@ -43,7 +43,7 @@ func runVolumeReconcile(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, r := range resp.Reports {
 			for _, f := range r.Findings {
-				if (vol == "" || f.VolumeID == vol) && f.Kind != structs.FindingUnknownVolume {
+				if (vol == "" || f.VolumeID == vol) && (f.Kind == structs.FindingOrphan || f.Kind == structs.FindingMissing) {
 					return 2
 				}
 			}
@@ -103,6 +103,8 @@ func findingMeaning(f *structs.StorageFinding) string {
 		return "attached on the storage; no claim explains it"
 	case structs.FindingMissing:
 		return "claim recorded as attached; the storage does not show it"
+	case structs.FindingAbnormal:
+		return "the storage reports: " + f.Message
 	default:
 		return "on the storage; not registered here (left alone)"
 	}

@@ -40,6 +40,8 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csipb.Con
 		csipb.ControllerServiceCapability_RPC_GET_VOLUME,
 		csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csipb.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csipb.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csipb.ControllerServiceCapability{
 			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: t}},

@@ -21,9 +21,9 @@ const sanityMountEnv = "HOSTDIR_SANITY_MOUNT"
 
 // minSanityPassed is the floor issue 27 set: at least as many specs as
 // csi-driver-host-path v1.18.0 passes (85). hostdir passed 76 before it
-// advertised published nodes, GET_VOLUME, SINGLE_NODE_MULTI_WRITER and
-// MODIFY_VOLUME; 86 since (16 skipped: the volume-health and GetSnapshot
-// RPCs, block volumes, and specs needing a second node).
+// advertised published nodes, GET_VOLUME, SINGLE_NODE_MULTI_WRITER,
+// MODIFY_VOLUME and volume health; 91 since (11 skipped: GetSnapshot,
+// storage health, block volumes, and specs needing a second node).
 const minSanityPassed = 85
 
 // TestSanity runs the CSI sanity suite of kubernetes-csi/csi-test against

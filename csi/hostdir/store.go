@@ -34,7 +34,7 @@ func (s store) attachFile(id string) string {
 func (s store) nodeFile(id string) string { return filepath.Join(s.root, "nodes", id) }
 
 func (s store) init() error {
-	for _, d := range []string{"volumes", "meta", "attachments", "nodes", "snapshots", "snapmeta", "expansions"} {
+	for _, d := range []string{"volumes", "meta", "attachments", "nodes", "snapshots", "snapmeta", "expansions", "health"} {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
 			return fmt.Errorf("hostdir: create %s: %w", d, err)
 		}

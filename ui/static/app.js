@@ -416,10 +416,10 @@ function storageSection(v, report) {
   else if (!mine.length) out.append(h("p", { "data-storage": "agrees" }, badge("agrees", "ok"), " with the record (checked ", fmtTime(report.checked_at), ")"));
   else {
     out.append(h("p", { "data-storage": "disagrees" }, badge("disagrees", "bad"), " with the record (checked ", fmtTime(report.checked_at), ")"));
-    out.append(table("Storage findings", ["Finding", "Node", "Alloc", "First seen"],
+    out.append(table("Storage findings", ["Finding", "Node", "Alloc", "What the storage says", "First seen"],
       mine.map((f) => h("tr", { "data-finding": f.kind },
         h("th", { scope: "row" }, f.kind), h("td", {}, f.node_id || f.external_node_id || "—"),
-        h("td", {}, f.alloc_id || "—"), h("td", {}, fmtTime(f.first_seen))))));
+        h("td", {}, f.alloc_id || "—"), h("td", {}, f.message || "—"), h("td", {}, fmtTime(f.first_seen))))));
   }
   if (report.error) out.append(h("p", { class: "stuck" }, "Last round failed: " + report.error));
   if ((v.repairs || []).length) {
