@@ -25,3 +25,10 @@ func (c *Client) StorageReports(ctx context.Context, pluginID string, q structs.
 func (c *Client) VolumeStorage(ctx context.Context, volumeID string) (*structs.VolumeStorageResponse, error) {
 	return call[structs.VolumeStorageResponse](ctx, c, "Volume.Storage", &structs.VolumeStorageRequest{VolumeID: volumeID})
 }
+
+// VolumeUsage asks every node holding a live claim on the volume for its
+// usage now (nothing is recorded).
+func (c *Client) VolumeUsage(ctx context.Context, volumeID string) ([]*structs.VolumeUsage, error) {
+	out, err := call[structs.VolumeUsageResponse](ctx, c, "Volume.Usage", &structs.VolumeUsageRequest{VolumeID: volumeID})
+	return out.Usage, err
+}

@@ -119,3 +119,15 @@ func (m *Manager) NodeExpand(args *structs.ClientCSINodeExpandRequest, reply *st
 	}
 	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
 }
+
+// NodeStats asks a claim's node for the volume's usage over its session.
+func (m *Manager) NodeStats(args *structs.ClientCSINodeStatsRequest, reply *structs.ClientCSINodeStatsResponse) error {
+	for _, f := range []struct{ field, id string }{
+		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID}, {"alloc_id", args.AllocID},
+	} {
+		if err := structs.ValidateID(f.field, f.id); err != nil {
+			return err
+		}
+	}
+	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeVolumeStats", &args.NodeRouting, args, reply)
+}

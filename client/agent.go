@@ -122,6 +122,7 @@ func New(cfg Config) (*Agent, error) {
 	a.goFunc(a.fence.run)
 	a.goFunc(a.allocs.run)
 	a.goFunc(a.statuses.run)
+	a.goFunc(a.usageLoop)
 	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins), "node_lease", cfg.NodeLease)
 	return a, nil
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// ClockRate scales the lease clock against real time (tests of clock
 	// drift only; 0 means 1).
 	ClockRate float64
+	// UsageInterval is how often the volumes held here are measured for
+	// the claimd.client.volume.* gauges: 0 means a minute, negative never.
+	UsageInterval time.Duration
 }
 
 func (c *Config) validate() error {

@@ -177,3 +177,31 @@ func (e *csiEndpoint) ControllerDeleteVolume(args *structs.ClientCSIControllerDe
 	e.a.logger.Info("controller deleted volume", "volume", args.VolumeID, "external_id", args.ExternalID)
 	return nil
 }
+
+// NodeVolumeStats answers a volume's usage where this node mounted it for
+// an allocation (NodeGetVolumeStats at the mount path).
+func (e *csiEndpoint) NodeVolumeStats(args *structs.ClientCSINodeStatsRequest, reply *structs.ClientCSINodeStatsResponse) error {
+	if args.NodeID != e.a.ident.ID {
+		return structs.Invalid("node_id", fmt.Sprintf("%q is not this node (%q)", args.NodeID, e.a.ident.ID))
+	}
+	if err := e.requireHealthy(args.PluginID, true); err != nil {
+		return err
+	}
+	path := e.a.held.mountPath(args.AllocID, args.VolumeID)
+	if path == "" {
+		return structs.NewError(structs.CodeNotFound, fmt.Sprintf("volume %q is not mounted here for alloc %q", args.VolumeID, args.AllocID))
+	}
+	c, ok := e.a.plugins.Client(args.PluginID)
+	if !ok {
+		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not configured on this node", args.PluginID))
+	}
+	ctx, cancel := context.WithTimeout(e.a.ctx, 30*time.Second)
+	defer cancel()
+	st, err := c.NodeGetVolumeStats(ctx, args.ExternalID, path)
+	if err != nil {
+		return pluginError(err)
+	}
+	reply.Usage = structs.VolumeUsage{NodeID: e.a.ident.ID, AllocID: args.AllocID, BytesTotal: st.BytesTotal, BytesUsed: st.BytesUsed,
+		BytesAvailable: st.BytesAvailable, InodesTotal: st.InodesTotal, InodesUsed: st.InodesUsed}
+	return nil
+}

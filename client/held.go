@@ -110,6 +110,19 @@ func (h *heldClaims) fenceable() []*heldClaim {
 	return out
 }
 
+// list copies every held claim, in a stable order.
+func (h *heldClaims) list() []*heldClaim {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*heldClaim, 0, len(h.claims))
+	for _, c := range h.claims {
+		cc := *c
+		out = append(out, &cc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
 func (h *heldClaims) saveLocked() error {
 	list := make([]*heldClaim, 0, len(h.claims))
 	for _, c := range h.claims {
@@ -153,4 +166,14 @@ func writeFileDurable(path string, b []byte) error {
 		_ = d.Close()
 	}
 	return nil
+}
+
+// mountPath is where a held claim is mounted, or "".
+func (h *heldClaims) mountPath(allocID, volumeID string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.claims[allocID+"/"+volumeID]; c != nil {
+		return c.MountPath
+	}
+	return ""
 }

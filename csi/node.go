@@ -155,3 +155,28 @@ func (c *Client) NodeUnpublishVolume(ctx context.Context, volumeID, targetPath s
 	}
 	return err
 }
+
+// VolumeStats is what NodeGetVolumeStats reports, reduced to bytes and
+// inodes.
+type VolumeStats struct {
+	BytesTotal, BytesUsed, BytesAvailable int64
+	InodesTotal, InodesUsed               int64
+}
+
+// NodeGetVolumeStats asks the node plugin for a volume's usage at path.
+func (c *Client) NodeGetVolumeStats(ctx context.Context, volumeID, path string) (*VolumeStats, error) {
+	resp, err := invoke(ctx, c, "NodeGetVolumeStats", &csipb.NodeGetVolumeStatsRequest{VolumeId: volumeID, VolumePath: path}, c.node.NodeGetVolumeStats)
+	if err != nil {
+		return nil, err
+	}
+	out := &VolumeStats{}
+	for _, u := range resp.GetUsage() {
+		switch u.GetUnit() {
+		case csipb.VolumeUsage_BYTES:
+			out.BytesTotal, out.BytesUsed, out.BytesAvailable = u.GetTotal(), u.GetUsed(), u.GetAvailable()
+		case csipb.VolumeUsage_INODES:
+			out.InodesTotal, out.InodesUsed = u.GetTotal(), u.GetUsed()
+		}
+	}
+	return out, nil
+}

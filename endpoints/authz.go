@@ -118,6 +118,7 @@ var methodAccess = map[string]access{
 	"Volume.Reconcile":      capability(acl.Volume, acl.Detach),
 	"Volume.StorageReports": capability(acl.Volume, acl.Read),
 	"Volume.Storage":        capability(acl.Volume, acl.Read),
+	"Volume.Usage":          capability(acl.Volume, acl.Read),
 	"System.GarbageCollect": capability(acl.Operator, acl.Write),
 
 	"ClientCSI.ControllerAttachVolume":   {kind: serverOnly},
@@ -132,6 +133,7 @@ var methodAccess = map[string]access{
 	"ClientCSI.NodeExpandVolume":         {kind: serverOnly},
 	"ClientCSI.ControllerListVolumes":    {kind: serverOnly},
 	"ClientCSI.ControllerModifyVolume":   {kind: serverOnly},
+	"ClientCSI.NodeVolumeStats":          {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

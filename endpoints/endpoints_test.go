@@ -125,6 +125,9 @@ func (fakeAttachments) NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.
 func (fakeAttachments) NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error {
 	return nil
 }
+func (fakeAttachments) NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error {
+	return nil
+}
 
 // world is one server's endpoints over a fresh state with ACLs on: a
 // management token, a token granting node:write, nodes n1 and n2 (secrets

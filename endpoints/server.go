@@ -121,6 +121,7 @@ type Attachments interface {
 	ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting, args, reply any, answered func(node string)) error
 	NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
 	NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error
+	NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error
 }
 
 // Deps is everything the endpoints use of the rest of the server.

@@ -38,6 +38,7 @@ func (s *Server) routes() {
 	handle("POST /v1/volumes/reconcile", []string{"volume"}, s.volumesReconcile)
 	handle("GET /v1/storage/reports", read("plugin"), s.storageReports)
 	handle("GET /v1/volume/{id}/storage", nil, s.volumeStorage)
+	handle("GET /v1/volume/{id}/usage", nil, s.volumeUsage)
 
 	handle("GET /v1/allocs", read("node"), s.allocList)
 	write("/v1/allocs", nil, s.allocPlace)
@@ -106,7 +107,7 @@ var rpcMethods = map[string]bool{
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
 	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true,
-	"Volume.Modify": true, "Volume.Reconcile": true, "Volume.StorageReports": true, "Volume.Storage": true,
+	"Volume.Modify": true, "Volume.Reconcile": true, "Volume.Usage": true, "Volume.StorageReports": true, "Volume.Storage": true,
 	"Eval.List": true, "Eval.Get": true,
 	"Status.Leader": true, "Status.Peers": true, "Status.Runtime": true,
 	"Operator.RaftGetConfiguration": true, "Operator.RaftHealth": true, "Operator.RaftRemovePeer": true, "Operator.TransferLeadership": true,

@@ -31,6 +31,16 @@ func (s *Server) storageReports(w http.ResponseWriter, r *http.Request) (any, er
 	return orEmpty(out.Reports), nil
 }
 
+// GET /v1/volume/{id}/usage: what the nodes holding live claims report
+// of the volume now (NodeGetVolumeStats), recorded nowhere.
+func (s *Server) volumeUsage(w http.ResponseWriter, r *http.Request) (any, error) {
+	var out structs.VolumeUsageResponse
+	if err := s.rpc(r, "Volume.Usage", &structs.VolumeUsageRequest{VolumeID: r.PathValue("id")}, &out); err != nil {
+		return nil, err
+	}
+	return orEmpty(out.Usage), nil
+}
+
 // storageView is GET /v1/volume/{id}/storage's answer.
 type storageView struct {
 	Found          bool                   `json:"found"`

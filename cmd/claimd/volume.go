@@ -107,6 +107,7 @@ func runVolumeStatus(args []string, stdout, stderr io.Writer) int {
 			return vols, err
 		}, "No volumes", func(w io.Writer, vol *structs.Volume) {
 			printVolume(w, vol, releaseRetry(ctx, c, vol))
+			usageSection(ctx, c, w, vol)
 			storageSection(ctx, c, w, vol)
 		}, printVolumes)
 	})

@@ -162,3 +162,27 @@ func showStorageBeforeForce(ctx context.Context, c *api.Client, w io.Writer, vol
 		fmt.Fprintln(w)
 	}
 }
+
+// usageSection is `volume status VOLUME`'s live usage, one line per node
+// holding a claim (best effort: nothing is shown when none can tell).
+func usageSection(ctx context.Context, c *api.Client, w io.Writer, v *structs.Volume) {
+	if len(v.ReadClaims)+len(v.WriteClaims) == 0 {
+		return
+	}
+	usage, err := c.VolumeUsage(ctx, v.ID)
+	if err != nil || len(usage) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Node\tAlloc\tUsed\tAvailable\tTotal\tInodes Used")
+	for _, u := range usage {
+		if u.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t- (%s)\n", u.NodeID, u.AllocID, u.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\n", u.NodeID, u.AllocID, u.BytesUsed, u.BytesAvailable, u.BytesTotal, u.InodesUsed)
+	}
+	tw.Flush()
+}

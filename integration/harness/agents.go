@@ -196,6 +196,9 @@ func (tc *TestClient) Start() {
 		// Without TLS a new node registers with a node:write token.
 		cfg.RegisterToken = tc.c.ManagementToken()
 	}
+	if tc.c.opts.ConfigureClient != nil {
+		tc.c.opts.ConfigureClient(&cfg)
+	}
 	if tc.edit != nil {
 		tc.edit(&cfg)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
@@ -36,6 +37,9 @@ type Options struct {
 	BootstrapExpect int
 	// Configure is applied to every server's config last.
 	Configure func(*server.Config)
+	// ConfigureClient is applied to every client agent's config before
+	// the agent's own edit.
+	ConfigureClient func(*client.Config)
 	// Insecure turns TLS and ACLs off, for tests of the plaintext path.
 	// By default a cluster runs as production should: mutual TLS (a test
 	// PKI made by NewPKI, client agents with client certificates, api

@@ -25,6 +25,15 @@ func TestUI_DrainPreviewThenConfirm(t *testing.T) {
 	ctx := newBrowser(t, e.c.PKI(), e.http.URL())
 	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/node/"+node))
 	useToken(t, ctx, e.c.ManagementToken())
+	// Before the drain the volume's page shows its usage as the node
+	// reports it (issue 27).
+	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/volume/alpha"))
+	waitPage(t, ctx, 30*time.Second, "the claimed volume's usage", `(() => {
+		const row = document.querySelector('tr[data-usage="web-alpha"]');
+		if (!row) return "no usage row: " + document.querySelector("main").innerText.slice(0, 300);
+		return /\d B|KiB|MiB|GiB/.test(row.innerText) ? "" : "usage row without sizes: " + row.innerText;
+	})()`)
+	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/node/"+node))
 	waitPage(t, ctx, 30*time.Second, "node card with its actions", `document.querySelector("article[data-node] button.drain") ? "" : "no drain button: " + document.querySelector("main").innerText`)
 	do(t, ctx, chromedp.Click(chromedp.CSS(`article[data-node] button.drain`)))
 	waitPage(t, ctx, 30*time.Second, "the drain plan shown before anything happens", `(() => {

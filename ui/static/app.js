@@ -441,9 +441,12 @@ pages.volume = {
       optional("/v1/nodes", signal, notes),
       optional("/v1/storage/reports?plugin=" + encodeURIComponent(vol.body.plugin_id), signal, notes),
     ]);
-    return { index: vol.index, data: { v: vol.body, evals: evals || [], retry: (retry || {})[params.id], nodes, report: (reports || [])[0] }, notes };
+    // Usage is asked of the nodes live; only a claimed volume has any.
+    const usage = claimsOf(vol.body).some((c) => c.kind !== "past")
+      ? await optional("/v1/volume/" + encodeURIComponent(params.id) + "/usage", signal, notes) : null;
+    return { index: vol.index, data: { v: vol.body, evals: evals || [], retry: (retry || {})[params.id], nodes, report: (reports || [])[0], usage }, notes };
   },
-  render({ v, evals, retry, nodes, report }) {
+  render({ v, evals, retry, nodes, report, usage }) {
     const claims = claimsOf(v);
     const out = h("section", { "aria-labelledby": "h-volume" },
       h("h1", { id: "h-volume" }, "Volume ", v.id),
@@ -485,6 +488,13 @@ pages.volume = {
       (v.released || []).slice().reverse().map((c) => h("tr", { "data-released": c.alloc_id },
         h("th", { scope: "row" }, link("#/alloc/" + encodeURIComponent(c.alloc_id), c.alloc_id)),
         h("td", {}, nodeLink(nodes, c.node_id)), h("td", {}, c.mode), h("td", {}, timeline(c))))));
+    if ((usage || []).length) {
+      out.append(table("Usage (as the nodes report it now)", ["Node", "Alloc", "Used", "Available", "Total"],
+        usage.map((u) => h("tr", { "data-usage": u.alloc_id },
+          h("td", {}, nodeLink(nodes, u.node_id)), h("td", {}, u.alloc_id),
+          ...(u.error ? [h("td", { colspan: "3" }, u.error)]
+            : [h("td", {}, fmtBytes(u.bytes_used)), h("td", {}, fmtBytes(u.bytes_available)), h("td", {}, fmtBytes(u.bytes_total))])))));
+    }
     out.append(storageSection(v, report));
     out.append(evalTable("Evals of this volume", evals));
     return out;
@@ -572,6 +582,13 @@ pages.nodes = {
 pages.node = pages.nodes;
 
 // fmtDuration renders a Go duration in nanoseconds ("30s").
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+}
+
 function fmtDuration(ns) {
   const s = ns / 1e9;
   return s >= 60 && s % 60 === 0 ? s / 60 + "m" : s + "s";
