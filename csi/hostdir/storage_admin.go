@@ -2,6 +2,7 @@ package hostdir
 
 import (
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -27,6 +28,33 @@ func StorageDetach(root, volumeID, nodeID string) error {
 		return fmt.Errorf("hostdir: volume %q is not valid", volumeID)
 	}
 	return editAttachments(root, volumeID, func(a *attachments) { delete(a.Nodes, nodeID) })
+}
+
+// StorageAttachments lists the nodes volumeID is attached to under root,
+// as the storage records them (sorted).
+func StorageAttachments(root, volumeID string) ([]string, error) {
+	if !validID(volumeID) {
+		return nil, fmt.Errorf("hostdir: volume %q is not valid", volumeID)
+	}
+	st := store{root: root}
+	if err := st.init(); err != nil {
+		return nil, err
+	}
+	unlock, err := st.lockAttachments()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	a, err := st.readAttachments(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]string, 0, len(a.Nodes))
+	for n := range a.Nodes {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	return nodes, nil
 }
 
 func editAttachments(root, volumeID string, edit func(*attachments)) error {

@@ -170,6 +170,10 @@ type auditInput struct {
 	// released: every claim was freed before the logs were read, so
 	// nothing may be left attached, staged or published.
 	released bool
+	// tampers are the tamper nemesis's changes to the storage, replayed
+	// with the audit: a refusal caused by an orphan it made is the
+	// plugin's own protection, not claimd asking for a second node.
+	tampers []tamperEvent
 }
 
 type auditEvent struct {
@@ -213,12 +217,23 @@ func checkAudit(in auditInput, logs map[string][]hostdir.AuditEntry) []string {
 			all = append(all, auditEvent{AuditEntry: e, source: src})
 		}
 	}
+	for _, te := range in.tampers {
+		method := "TamperDetach"
+		if te.Attach {
+			method = "TamperAttach"
+		}
+		all = append(all, auditEvent{AuditEntry: hostdir.AuditEntry{Time: te.Time, Method: method, Volume: te.Volume, Node: te.Node, Result: "ok"},
+			source: "tamper"})
+	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].Time.Before(all[j].Time) })
 
 	type pair = [2]string
 	attached := map[string]map[string]bool{}
 	published := map[pair]map[string]bool{}
 	staged := map[pair]bool{}
+	// orphans: attachments the tamper nemesis made that claimd has not
+	// made its own (published to that node) or removed.
+	orphans := map[pair]bool{}
 	var problems []string
 	report := func(e auditEvent, format string, args ...any) {
 		if len(problems) < 50 {
@@ -231,13 +246,22 @@ func checkAudit(in auditInput, logs map[string][]hostdir.AuditEntry) []string {
 		ok := e.Result == "ok"
 		access := in.access[e.Volume]
 		switch e.Method {
+		case "TamperAttach":
+			if !attached[e.Volume][e.Node] {
+				orphans[k] = true
+			}
+		case "TamperDetach":
+			delete(orphans, k)
 		case "ControllerPublishVolume":
 			if strings.Contains(e.Result, "cannot also attach") || strings.Contains(e.Result, "already has a writer") {
-				report(e, "S1: the controller was asked to attach single-writer volume %s to a second node", e.Volume)
+				if m := refusedFor.FindStringSubmatch(e.Result); m == nil || !orphans[pair{e.Volume, m[1]}] {
+					report(e, "S1: the controller was asked to attach single-writer volume %s to a second node", e.Volume)
+				}
 			}
 			if !ok {
 				continue
 			}
+			delete(orphans, k)
 			if attached[e.Volume] == nil {
 				attached[e.Volume] = map[string]bool{}
 			}
@@ -254,6 +278,7 @@ func checkAudit(in auditInput, logs map[string][]hostdir.AuditEntry) []string {
 					e.Volume, e.Node, n, staged[k])
 			}
 			delete(attached[e.Volume], e.Node)
+			delete(orphans, k)
 		case "NodeStageVolume", "NodePublishVolume":
 			if in.linExt[e.Volume] {
 				report(e, "parking: an agent mounted %s, a volume only the workload may claim", e.Volume)

@@ -54,6 +54,9 @@ type Cluster interface {
 	// plugin's audit log.
 	Workers() []Worker
 	ControllerAudit() string
+	// StorageRoot is the hostdir root every plugin shares: the storage
+	// itself, which the tamper nemesis edits behind claimd's back.
+	StorageRoot() string
 
 	// Leader returns the name of the server that currently leads, or "".
 	Leader(ctx context.Context) string

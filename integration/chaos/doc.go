@@ -128,3 +128,22 @@ package chaos
 // The in-process counterpart (integration/node_fence_test.go) covers the
 // same path at clock rate 1, with the leader lost together with the node,
 // and with a fence whose unmount fails.
+//
+// # Storage tampered with
+//
+// The tamper-storage nemesis (tamper.go, issue 27) is in every schedule.
+// While it is on it edits the storage itself, as a storage administrator's
+// own tool would: it attaches mount-pool volumes to nodes no claim asked
+// for (orphans) and removes attachments live claims rely on (missing). The
+// checkers then still require that no single-node volume was attached to
+// two nodes by claimd, that a refusal the plugin gave was caused by an
+// orphan the nemesis made (the audit replay carries its changes), that no
+// ControllerUnpublish — a reconciler's repair included — came while that
+// node had the volume mounted, and that the storage itself holds nothing
+// of the mount pool once every claim is freed. The mount pool is under
+// node_lost=fence, so where the reconciler runs often (in process: every
+// second, repairs after 2 s) claimd detaches the orphans itself; what is
+// left when the fault heals, the nemesis removes unless a claim made the
+// attachment its own (the run notes how many claimd repaired). The agents
+// hold no lease (in process) or one longer than any fault (netns), so
+// under fence the mount pool's releases still go through the node.

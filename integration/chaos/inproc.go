@@ -201,6 +201,11 @@ func (ip *inProcess) configureServer(cfg *server.Config) {
 	cfg.HeartbeatTTL = ip.opts.HeartbeatTTL
 	cfg.ReleaseBackoffBase = 100 * time.Millisecond
 	cfg.ReleaseBackoffMax = 2 * time.Second
+	// Reconciliation runs often and repairs orphans of fence-policy
+	// volumes (the mount pool) soon, so the tamper nemesis's orphans are
+	// repaired by claimd within a run.
+	cfg.ReconcileInterval = time.Second
+	cfg.ReconcileRepairGrace = 2 * time.Second
 	inner := cfg.Dialer
 	cfg.Dialer = func(ctx context.Context, addr string) (net.Conn, error) {
 		conn, err := inner(ctx, addr)
@@ -361,6 +366,13 @@ func (ip *inProcess) WorkloadClient(name string) *api.Client { return ip.Client(
 func (ip *inProcess) Workers() []Worker { return append([]Worker(nil), ip.workers...) }
 
 func (ip *inProcess) ControllerAudit() string { return ip.plugins[controllerHost].audit }
+
+func (ip *inProcess) StorageRoot() string { return ip.root }
+
+// RepairWithin bounds how long the reconciler takes to detach an orphan
+// of a fence-policy volume here: the grace (2 s) and a round (1 s), with
+// room for a loaded machine.
+func (ip *inProcess) RepairWithin() time.Duration { return 10 * time.Second }
 
 func (ip *inProcess) Leader(context.Context) string {
 	if l := ip.hc.Leader(); l != nil {

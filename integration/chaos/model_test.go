@@ -178,6 +178,35 @@ func TestAudit_Violations(t *testing.T) {
 	}
 }
 
+// The tamper nemesis's orphans: a refusal the plugin gives because of an
+// orphan the nemesis made is its own protection, not claimd asking for a
+// second node; once claimd made that attachment its own, or it is gone,
+// the same refusal is a violation again.
+func TestAudit_TamperedOrphans(t *testing.T) {
+	in := auditInput{access: map[string]structs.AccessMode{"snw": structs.AccessModeSingleNodeWriter}}
+	tamper := func(attach bool, at int) tamperEvent {
+		return tamperEvent{Time: time.Unix(1000, int64(at)*int64(time.Millisecond)), Attach: attach, Volume: "snw", Node: "n9"}
+	}
+	refused := audit("ControllerPublishVolume", "snw", "n1", "", "volume snw is attached to node n9 (SINGLE_NODE_WRITER); a single-node volume cannot also attach to node n1", 3)
+	cases := []struct {
+		name    string
+		tampers []tamperEvent
+		want    string
+	}{
+		{"refused for a live orphan", []tamperEvent{tamper(true, 1)}, ""},
+		{"refused after the orphan was removed", []tamperEvent{tamper(true, 1), tamper(false, 2)}, "S1"},
+		{"refused with no orphan made", nil, "S1"},
+		{"refused before the orphan was made", []tamperEvent{tamper(true, 4)}, "S1"},
+	}
+	for _, tc := range cases {
+		in.tampers = tc.tampers
+		got := strings.Join(checkAudit(in, map[string][]hostdir.AuditEntry{"controller": {refused}}), "\n")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: audit problems exp: %q got: %q", tc.name, tc.want, got)
+		}
+	}
+}
+
 // prune must not make a linearizable history illegal: the patterns it
 // removes or merges (claims with no answer that no read saw, unconfirmed
 // stops of allocations that never held a claim, a drop, a stop and a

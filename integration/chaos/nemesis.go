@@ -29,6 +29,8 @@ type nemesisEnv struct {
 	notes map[string]int
 	// observe is the client the nemeses read state with.
 	observe func() clientAPI
+	// tamper edits the storage behind claimd's back (tamper.go).
+	tamper *tamperer
 }
 
 // clientAPI is what the nemeses need from an api.Client.
@@ -143,6 +145,10 @@ func nemeses() []nemesis {
 		{name: "transfer-mid-detach", start: func(n *nemesisEnv) (func() error, string, error) {
 			return func() error { return nil }, "leadership transfers while a claim is being released", nil
 		}, during: transferMidDetach},
+		{name: "tamper-storage", start: func(n *nemesisEnv) (func() error, string, error) {
+			return func() error { return n.tamper.heal(n.observe(), false) },
+				"attachments added and removed on the storage behind claimd's back", nil
+		}, during: tamperStorage},
 	}
 }
 

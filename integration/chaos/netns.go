@@ -600,6 +600,8 @@ func (c *netnsCluster) Workers() []Worker {
 // ControllerAudit implements Cluster.
 func (c *netnsCluster) ControllerAudit() string { return c.ctrl.audit }
 
+func (c *netnsCluster) StorageRoot() string { return c.root }
+
 // leaderViews asks every server, in parallel and from the workload
 // namespace, whom it believes leads; a server that does not answer within
 // the context (or 1 s) maps to "?", one that knows no leader to "".

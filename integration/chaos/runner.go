@@ -185,7 +185,8 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	time.Sleep(1500 * time.Millisecond)
 	observer := c.Client(c.Servers()[len(c.Servers())-1])
 	defer observer.Close()
-	env := &nemesisEnv{c: c, rng: rng, notes: res.Notes, observe: func() clientAPI { return observer }}
+	env := &nemesisEnv{c: c, rng: rng, notes: res.Notes, observe: func() clientAPI { return observer },
+		tamper: newTamperer(tc.Cluster, w)}
 	for _, s := range plan {
 		w.h.SetNemesis(s.n.name, "")
 		undo, desc, err := s.n.start(env)
@@ -268,10 +269,22 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	if err := checkDigests(c, 30*time.Second); err != nil {
 		fail("%v", err)
 	}
+	// What the tamper nemesis left goes, and the storage itself must then
+	// hold nothing (what claimd attached it detached).
+	if releasedErr == nil {
+		if err := env.tamper.heal(nil, true); err != nil {
+			fail("removing the tamper nemesis's orphans: %v", err)
+		}
+		if err := env.tamper.checkStorageEmpty(30 * time.Second); err != nil {
+			fail("%v", err)
+		}
+		res.Notes["orphans repaired by claimd's reconciler"] = countRepairs(admin)
+	}
 	if audits, err := readAudits(c); err != nil {
 		fail("%v", err)
 	} else {
 		in := w.auditInput()
+		in.tampers = env.tamper.Events()
 		in.released = releasedErr == nil
 		problems = append(problems, checkAudit(in, audits)...)
 		calls := 0
@@ -339,7 +352,12 @@ func setup(t *testing.T, c Cluster, admin *api.Client, opts Options) (*workload,
 	for _, m := range structs.AccessModes {
 		id := "mnt-" + abbrev[m]
 		w.mounts = append(w.mounts, volSpec{ID: id, Access: m})
-		vols = append(vols, volume(id, PluginID, m))
+		v := volume(id, PluginID, m)
+		// Orphans the tamper nemesis adds are repaired only under fence;
+		// without a node lease on the agents (or with one longer than
+		// any fault) it releases as wait does.
+		v.NodeLost = structs.NodeLostFence
+		vols = append(vols, v)
 	}
 	if err := retry(60*time.Second, func(ctx context.Context) error {
 		_, err := admin.RegisterVolumes(ctx, vols...)
@@ -392,6 +410,21 @@ func (w *workload) auditInput() auditInput {
 		in.access["ext-"+v.ID] = v.Access
 	}
 	return in
+}
+
+// countRepairs counts the orphan attachments claimd's reconciler detached
+// (Volume.Repairs), for the notes.
+func countRepairs(admin *api.Client) int {
+	var n int
+	_ = retry(10*time.Second, func(ctx context.Context) error {
+		vols, _, err := admin.Volumes(ctx, "", structs.QueryOptions{})
+		n = 0
+		for _, v := range vols {
+			n += len(v.Repairs)
+		}
+		return err
+	})
+	return n
 }
 
 // retry runs fn until it succeeds or the time is up.
