@@ -23,12 +23,11 @@ import (
 // torn write is what this checks. Plaintext: it tests the log store, not
 // the network.
 func TestProcesses_KilledServerKeepsAcknowledgedWrites(t *testing.T) {
-	// A list, so that another log store can be checked the same way (see
-	// decision 34: raft-wal was, and failed elsewhere).
+	// Both log stores (decision 34).
 	for _, store := range []struct {
 		name string
 		args []string
-	}{{"boltdb", nil}} {
+	}{{"boltdb", []string{"-raft-log-store", "boltdb"}}, {"wal", []string{"-raft-log-store", "wal"}}} {
 		t.Run(store.name, func(t *testing.T) {
 			addr := harness.FreeAddr(t)
 			srv := harness.StartProcess(t, "s1", append([]string{"agent", "-server", "-bootstrap-expect", "1",

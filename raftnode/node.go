@@ -9,8 +9,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // Production timings at multiplier 1. They are hashicorp/raft's defaults,
@@ -63,9 +61,12 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
-	Stream            *StreamLayer
-	FSM               raft.FSM
-	Logger            hclog.Logger
+	// LogStore is LogStoreBoltDB or LogStoreWAL; "" keeps what the data
+	// dir holds, else DefaultLogStore.
+	LogStore string
+	Stream   *StreamLayer
+	FSM      raft.FSM
+	Logger   hclog.Logger
 }
 
 // Node is a running Raft member.
@@ -76,39 +77,12 @@ type Node struct {
 	// stops being leader. Buffered; the server must drain it.
 	LeaderCh <-chan bool
 
-	store     *raftboltdb.BoltStore
+	store     logStore
 	snapshots raft.SnapshotStore
-	hadState  bool
-}
-
-// logStoreLockTimeout bounds the wait for raft.db's file lock: another
-// process holding it is another claimd on the same data dir, and waiting
-// for it forever (bolt's default) would hang the start without a word.
-const logStoreLockTimeout = 2 * time.Second
-
-// openLogStore opens the Raft log (raft-boltdb, fsync on every commit).
-// NoFreelistSync and the map freelist, as etcd runs bolt: once Raft has
-// compacted its log after a snapshot, the file holds thousands of free
-// pages, and bolt's default rewrites that whole freelist on every commit.
-// Measured on this project's VM with a compacted 30k-entry log (one
-// 600-byte entry per commit): p50 commit 425 to 365 µs alone, and 1.15 to
-// 0.71 ms with three stores committing at once on one disk, as a
-// three-server test cluster does. Durability is unchanged (data and meta
-// pages are synced as before); opening rebuilds the freelist by scanning
-// the file, which the trailing-log bound keeps small.
-func openLogStore(path string) (*raftboltdb.BoltStore, error) {
-	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
-		Timeout:        logStoreLockTimeout,
-		NoFreelistSync: true,
-		FreelistType:   bbolt.FreelistMapType,
-	}})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return nil, fmt.Errorf("open %s: locked by another process (is another claimd using this data dir?)", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	return store, nil
+	// LogStore is the kind of log store opened (LogStoreBoltDB or
+	// LogStoreWAL).
+	LogStore string
+	hadState bool
 }
 
 // New opens the stores and starts Raft. It does not bootstrap.
@@ -126,7 +100,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
-	store, err := openLogStore(filepath.Join(dir, "raft.db"))
+	store, kind, err := openStore(dir, cfg.LogStore, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +161,7 @@ func New(cfg Config) (*Node, error) {
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &Node{Raft: r, Transport: trans, LeaderCh: leaderCh, store: store, snapshots: snaps, hadState: hadState}, nil
+	return &Node{Raft: r, Transport: trans, LeaderCh: leaderCh, store: store, snapshots: snaps, hadState: hadState, LogStore: kind}, nil
 }
 
 // HadState reports whether the node found a log or snapshot on disk when it

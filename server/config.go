@@ -30,6 +30,9 @@ type Config struct {
 	JoinInterval time.Duration
 	// RaftMultiplier scales Raft timeouts (1 = production).
 	RaftMultiplier float64
+	// RaftLogStore is raftnode.LogStoreBoltDB or LogStoreWAL; "" keeps
+	// what the data dir holds, else raftnode.DefaultLogStore.
+	RaftLogStore string
 	// SnapshotThreshold / TrailingLogs / SnapshotInterval tune Raft
 	// snapshots (0 = defaults); tests lower them to force snapshots.
 	SnapshotThreshold uint64

@@ -166,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 		ID:                id,
 		DataDir:           cfg.DataDir,
 		Multiplier:        cfg.RaftMultiplier,
+		LogStore:          cfg.RaftLogStore,
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		TrailingLogs:      cfg.TrailingLogs,
 		SnapshotInterval:  cfg.SnapshotInterval,
@@ -224,7 +225,7 @@ func New(cfg Config) (*Server, error) {
 	s.goFunc(func() { s.checkpoints.run() })
 	s.goFunc(func() { s.emitStats() })
 	s.logger.Info("server started", "id", id, "name", cfg.NodeName, "addr", s.addr,
-		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState(),
+		"bootstrap_expect", cfg.BootstrapExpect, "had_state", s.raft.HadState(), "raft_log_store", s.raft.LogStore,
 		"tls", cfg.TLS != nil, "tls_allow_plaintext", cfg.TLSAllowPlaintext, "acl", cfg.ACLEnabled)
 	return s, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/httpapi"
+	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/reconcile"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
@@ -38,6 +39,7 @@ type agentFlags struct {
 	logLevel        string
 	logJSON         bool
 	raftMultiplier  float64
+	raftLogStore    string
 	leaveOnTerm     bool
 	servers         string
 	plugins         pluginFlags
@@ -142,6 +144,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "trace, debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
+	fs.StringVar(&f.raftLogStore, "raft-log-store", "", "server: the Raft log store, boltdb or wal (default: what the data dir holds, else "+raftnode.DefaultLogStore+"); a data dir keeps the kind it was made with")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", server.DefaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-interval", reconcile.DefaultInterval, "server: how often the leader compares each plugin's storage (ListVolumes) with claimd's record; negative: only on demand (claimd volume reconcile)")
@@ -401,6 +404,7 @@ func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logge
 		BootstrapExpect:    f.bootstrapExpect,
 		Join:               splitList(f.join),
 		RaftMultiplier:     f.raftMultiplier,
+		RaftLogStore:       f.raftLogStore,
 		HeartbeatTTL:       f.heartbeatTTL,
 		ClaimGCInterval:    f.claimGCInterval,
 		ReconcileInterval:  f.reconcileEvery,

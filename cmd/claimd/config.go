@@ -20,6 +20,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
@@ -93,6 +94,7 @@ var configKeys = []configKey{
 	{"server", "bootstrap_expect", "bootstrap-expect", kInt, false, notNegative, func(f *agentFlags) any { return &f.bootstrapExpect }},
 	{"server", "join", "join", kList, false, hostPorts, func(f *agentFlags) any { return &f.join }},
 	{"server", "raft_multiplier", "raft-multiplier", kFloat, false, positive, func(f *agentFlags) any { return &f.raftMultiplier }},
+	{"server", "raft_log_store", "raft-log-store", kString, false, raftLogStore, func(f *agentFlags) any { return &f.raftLogStore }},
 	{"server", "heartbeat_ttl", "heartbeat-ttl", kDuration, true, positive, func(f *agentFlags) any { return &f.heartbeatTTL }},
 	{"server", "claim_gc_interval", "claim-gc-interval", kDuration, true, positive, func(f *agentFlags) any { return &f.claimGCInterval }},
 	{"server", "reconcile_interval", "reconcile-interval", kDuration, true, nil, func(f *agentFlags) any { return &f.reconcileEvery }},
@@ -501,6 +503,13 @@ func (k configKey) set(f *agentFlags, from *agentFlags) {
 func nonEmpty(v any) error {
 	if v.(string) == "" {
 		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+func raftLogStore(v any) error {
+	if s := v.(string); s != raftnode.LogStoreBoltDB && s != raftnode.LogStoreWAL {
+		return fmt.Errorf("%q is not a Raft log store (want %s or %s)", s, raftnode.LogStoreBoltDB, raftnode.LogStoreWAL)
 	}
 	return nil
 }

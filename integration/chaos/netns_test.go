@@ -419,6 +419,28 @@ func TestChaos_Netns(t *testing.T) {
 	nsCheckSecured(t, c)
 }
 
+// TestChaos_NetnsWAL is TestChaos_Netns with every server's Raft log in
+// raft-wal (decision 34): the schedule whose kill-leader fault left a
+// server unable to start on raft-wal v0.4.0.
+func TestChaos_NetnsWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	opts := nsTestOptions()
+	opts.ServerArgs = append(opts.ServerArgs, "-raft-log-store", "wal")
+	c := NewNetns(t, opts).(*netnsCluster)
+	Run(t, c, Options{Duration: *FlagDuration, Seed: *FlagSeed})
+	nsCheckSecured(t, c)
+	for _, name := range c.names {
+		if _, err := os.Stat(filepath.Join(c.dataDir, name, "raft", "wal")); err != nil {
+			t.Errorf("server %s exp: its Raft log in raft-wal got: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(c.dataDir, name, "raft", "raft.db")); err == nil {
+			t.Errorf("server %s exp: no boltdb log got: raft.db", name)
+		}
+	}
+}
+
 // flagNetnsInsecure runs the network-namespace tests in plaintext with
 // ACLs off, to compare a failure or a run time with the secured default.
 var flagNetnsInsecure = flag.Bool("chaos.netns-insecure", false, "run the network-namespace cluster without TLS and ACLs (default: mutual TLS and ACLs on)")
