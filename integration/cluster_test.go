@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
 )
@@ -180,10 +181,26 @@ func TestLeaderKilled_NewLeaderElectedAndOldLeaderCatchesUp(t *testing.T) {
 }
 
 func TestRestartedServer_CatchesUpFromInstalledSnapshot(t *testing.T) {
+	// On both log stores: a follower installing a snapshot truncates its
+	// whole log and appends after the snapshot's index, which raft-wal
+	// does by starting a new segment.
+	for _, store := range []string{raftnode.LogStoreBoltDB, raftnode.LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { testCatchesUpFromSnapshot(t, store) })
+	}
+}
+
+func testCatchesUpFromSnapshot(t *testing.T, store string) {
 	// Snapshot every few entries and keep almost no trailing log, so a
-	// server that misses writes must be sent a snapshot.
+	// server that misses writes must be sent a snapshot. raft-wal drops
+	// compacted entries a segment at a time (the leader can still read
+	// the rest of a segment, and would send those instead): small
+	// segments make it drop them here.
 	c := harness.NewCluster(t, 3, harness.Options{SnapshotThreshold: 8, TrailingLogs: 4,
-		Configure: func(cfg *server.Config) { cfg.SnapshotInterval = 200 * time.Millisecond }})
+		Configure: func(cfg *server.Config) {
+			cfg.SnapshotInterval = 200 * time.Millisecond
+			cfg.RaftLogStore = store
+			cfg.WALSegmentSize = 4096
+		}})
 	c.StartAll()
 	leader := c.WaitForLeader(electionWait)
 	lagging := c.Followers()[0]

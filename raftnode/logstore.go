@@ -26,8 +26,10 @@ const (
 	// LogStoreWAL is raft-wal (v0.4.2): append-only segment files, one
 	// fdatasync per append.
 	LogStoreWAL = "wal"
-	// DefaultLogStore is what a new data dir gets when none is asked for.
-	DefaultLogStore = LogStoreBoltDB
+	// DefaultLogStore is what a new data dir gets when none is asked for:
+	// wal, measured faster with less CPU on every row and as safe on every
+	// test (decision 34). A data dir made with boltdb stays boltdb.
+	DefaultLogStore = LogStoreWAL
 )
 
 // ValidateLogStore checks a log store name ("" means: what the data dir
@@ -56,7 +58,7 @@ const storeLockTimeout = 2 * time.Second
 // openStore opens the log store of a server's raft directory: the kind
 // asked for, or (kind "") the kind the directory already holds, else the
 // default. A directory holding the other kind is refused, naming both.
-func openStore(dir, kind string, logger hclog.Logger) (logStore, string, error) {
+func openStore(dir, kind string, segmentSize int, logger hclog.Logger) (logStore, string, error) {
 	if err := ValidateLogStore("raft_log_store", kind); err != nil {
 		return nil, "", err
 	}
@@ -82,7 +84,7 @@ func openStore(dir, kind string, logger hclog.Logger) (logStore, string, error) 
 			has, kind, has, kind)
 	}
 	if kind == LogStoreWAL {
-		s, err := openWAL(walDir, logger)
+		s, err := openWAL(walDir, segmentSize, logger)
 		return s, kind, err
 	}
 	s, err := openLogStore(boltPath)
@@ -111,7 +113,7 @@ func (s *walStore) Close() error {
 // openWAL opens (or makes) a raft-wal log in dir. raft-wal's meta database
 // waits forever for its file lock, so claimd takes its own lock first,
 // with a bounded wait.
-func openWAL(dir string, logger hclog.Logger) (*walStore, error) {
+func openWAL(dir string, segmentSize int, logger hclog.Logger) (*walStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -135,7 +137,8 @@ func openWAL(dir string, logger hclog.Logger) (*walStore, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")))
+	// A segment size of 0 leaves raft-wal's default.
+	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithSegmentSize(segmentSize))
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)

@@ -54,7 +54,7 @@ const logCacheSize = 512
 // Config configures one Raft member.
 type Config struct {
 	ID      string // stable server ID
-	DataDir string // raft/ under it holds raft.db and snapshots
+	DataDir string // raft/ under it holds the log (wal/ or raft.db) and snapshots
 	// Multiplier scales every timeout; 1 = production, <1 for tests.
 	Multiplier float64
 	// SnapshotThreshold and TrailingLogs: 0 = this package's defaults.
@@ -64,9 +64,11 @@ type Config struct {
 	// LogStore is LogStoreBoltDB or LogStoreWAL; "" keeps what the data
 	// dir holds, else DefaultLogStore.
 	LogStore string
-	Stream   *StreamLayer
-	FSM      raft.FSM
-	Logger   hclog.Logger
+	// WALSegmentSize is raft-wal's segment size (0: its default).
+	WALSegmentSize int
+	Stream         *StreamLayer
+	FSM            raft.FSM
+	Logger         hclog.Logger
 }
 
 // Node is a running Raft member.
@@ -100,7 +102,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create raft dir: %w", err)
 	}
-	store, kind, err := openStore(dir, cfg.LogStore, cfg.Logger)
+	store, kind, err := openStore(dir, cfg.LogStore, cfg.WALSegmentSize, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

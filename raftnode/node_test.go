@@ -71,7 +71,8 @@ func testNeverBootstrapsAgain(t *testing.T, store string) {
 }
 
 // A second process on the same data dir gets an error that says so, not a
-// start that hangs on raft.db's lock (bolt waits forever by default).
+// start that hangs on the store's lock (bolt and raft-wal's meta database
+// wait forever by default).
 func TestNode_SecondOpenOfADataDirFailsClearly(t *testing.T) {
 	for _, store := range stores {
 		t.Run(store, func(t *testing.T) { testSecondOpen(t, store) })
@@ -188,7 +189,7 @@ func TestLogStore_OtherKindOfDataDirRefused(t *testing.T) {
 			if kind == LogStoreWAL {
 				other = LogStoreBoltDB
 			}
-			_, _, err := openStore(dir, other, hclog.NewNullLogger())
+			_, _, err := openStore(dir, other, 0, hclog.NewNullLogger())
 			if err == nil || !strings.Contains(err.Error(), "holds a "+kind+" log") || !strings.Contains(err.Error(), "-raft-log-store "+kind) {
 				t.Fatalf("opening a %s data dir as %s exp: refused, naming both got: %v", kind, other, err)
 			}
@@ -206,7 +207,7 @@ func TestLogStore_OtherKindOfDataDirRefused(t *testing.T) {
 
 func mustOpenStore(t *testing.T, dir, kind string) logStore {
 	t.Helper()
-	s, _, err := openStore(dir, kind, hclog.NewNullLogger())
+	s, _, err := openStore(dir, kind, 0, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,4 +223,25 @@ func writeLogs(t *testing.T, store logStore, from, to uint64, data []byte) {
 	if err := store.StoreLogs(logs); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A new data dir gets the default store; one made with boltdb before the
+// default changed stays boltdb when no store is named.
+func TestLogStore_NewDataDirGetsTheDefault(t *testing.T) {
+	dir := t.TempDir()
+	s, kind, err := openStore(dir, "", 0, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if kind != DefaultLogStore || DefaultLogStore != LogStoreWAL {
+		t.Fatalf("new data dir's store exp: %s got: %s (default %s)", LogStoreWAL, kind, DefaultLogStore)
+	}
+	old := t.TempDir()
+	s = mustOpenStore(t, old, LogStoreBoltDB)
+	s.Close()
+	if s, kind, err = openStore(old, "", 0, hclog.NewNullLogger()); err != nil || kind != LogStoreBoltDB {
+		t.Fatalf("boltdb data dir opened without a store named exp: boltdb got: %s %v", kind, err)
+	}
+	s.Close()
 }

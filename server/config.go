@@ -38,6 +38,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	SnapshotInterval  time.Duration
+	// WALSegmentSize is raft-wal's segment size in bytes (0: its default,
+	// 64 MiB). raft-wal drops compacted entries a segment at a time, so
+	// tests that need a follower sent a snapshot use small segments.
+	WALSegmentSize int
 
 	// HeartbeatTTL is how soon client nodes must heartbeat (0 = 10 s).
 	HeartbeatTTL time.Duration

@@ -170,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		TrailingLogs:      cfg.TrailingLogs,
 		SnapshotInterval:  cfg.SnapshotInterval,
+		WALSegmentSize:    cfg.WALSegmentSize,
 		Stream:            s.stream,
 		FSM:               s.observed,
 		Logger:            cfg.Logger.Named("raft"),
