@@ -16,7 +16,7 @@
 # the claimd/etcd ratios, and the CPU time the servers used per operation
 # (claimd: measured by `claimd bench` over its window; etcd: the members'
 # /proc/PID/stat over the benchmark's run). Written to docs/performance.md,
-# section "Against etcd (issue 20)" (its generated part, up to the next
+# section "Against etcd" (its generated part, up to the next
 # "##" or "###" heading). About 12 minutes with the defaults.
 #
 # Both systems run in plaintext without authentication in the main table
@@ -434,7 +434,7 @@ echo "$TABLE"
 
 SECTION="$TMP/section.md"
 {
-	echo "## Against etcd (issue 20)"
+	echo "## Against etcd"
 	echo
 	echo "Written by \`scripts/bench-vs-etcd.sh\`: in one run on one machine, three etcd"
 	echo "$ETCD_VERSION members (Debian's etcd-server, default settings: fsync on, each"
@@ -476,6 +476,6 @@ SECTION="$TMP/section.md"
 		echo "Some runs failed or saw errors; see the script's output."
 	fi
 } >"$SECTION"
-replace_section '^## Against etcd \(issue 20\)$' '^##(#)? ' "$SECTION"
-if [[ "$OUT" != /dev/null ]]; then log "wrote section \"Against etcd (issue 20)\" to $OUT"; fi
+replace_section '^## Against etcd$' '^##(#)? ' "$SECTION"
+if [[ "$OUT" != /dev/null ]]; then log "wrote section \"Against etcd\" to $OUT"; fi
 exit "$FAILED"
