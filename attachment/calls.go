@@ -97,12 +97,8 @@ func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, er
 // NodeDetach runs NodeUnpublish (and NodeUnstage when no other allocation
 // on the node uses the volume) on the claim's node, over its session.
 func (m *Manager) NodeDetach(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
-	for _, f := range []struct{ field, id string }{
-		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID}, {"alloc_id", args.AllocID},
-	} {
-		if err := structs.ValidateID(f.field, f.id); err != nil {
-			return err
-		}
+	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID, "alloc_id", args.AllocID); err != nil {
+		return err
 	}
 	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeDetachVolume", &args.NodeRouting, args, reply)
 }
@@ -110,24 +106,26 @@ func (m *Manager) NodeDetach(args *structs.ClientCSINodeDetachRequest, reply *st
 // NodeExpand runs NodeExpandVolume on a node that has the volume staged or
 // published, over its session.
 func (m *Manager) NodeExpand(args *structs.ClientCSINodeExpandRequest, reply *structs.ClientCSINodeExpandResponse) error {
-	for _, f := range []struct{ field, id string }{
-		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID},
-	} {
-		if err := structs.ValidateID(f.field, f.id); err != nil {
-			return err
-		}
+	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID); err != nil {
+		return err
 	}
 	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
 }
 
 // NodeStats asks a claim's node for the volume's usage over its session.
 func (m *Manager) NodeStats(args *structs.ClientCSINodeStatsRequest, reply *structs.ClientCSINodeStatsResponse) error {
-	for _, f := range []struct{ field, id string }{
-		{"node_id", args.NodeID}, {"plugin_id", args.PluginID}, {"volume_id", args.VolumeID}, {"alloc_id", args.AllocID},
-	} {
-		if err := structs.ValidateID(f.field, f.id); err != nil {
+	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID, "alloc_id", args.AllocID); err != nil {
+		return err
+	}
+	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeVolumeStats", &args.NodeRouting, args, reply)
+}
+
+// validateIDs checks field, ID pairs with structs.ValidateID, in order.
+func validateIDs(fieldsAndIDs ...string) error {
+	for i := 0; i+1 < len(fieldsAndIDs); i += 2 {
+		if err := structs.ValidateID(fieldsAndIDs[i], fieldsAndIDs[i+1]); err != nil {
 			return err
 		}
 	}
-	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeVolumeStats", &args.NodeRouting, args, reply)
+	return nil
 }

@@ -191,15 +191,9 @@ func (e *csiEndpoint) NodeVolumeStats(args *structs.ClientCSINodeStatsRequest, r
 	if path == "" {
 		return structs.NewError(structs.CodeNotFound, fmt.Sprintf("volume %q is not mounted here for alloc %q", args.VolumeID, args.AllocID))
 	}
-	c, ok := e.a.plugins.Client(args.PluginID)
-	if !ok {
-		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not configured on this node", args.PluginID))
-	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, 30*time.Second)
-	defer cancel()
-	st, err := c.NodeGetVolumeStats(ctx, args.ExternalID, path)
+	st, err := e.a.volumeStats(args.PluginID, args.ExternalID, path)
 	if err != nil {
-		return pluginError(err)
+		return err
 	}
 	reply.Usage = structs.VolumeUsage{NodeID: e.a.ident.ID, AllocID: args.AllocID, BytesTotal: st.BytesTotal, BytesUsed: st.BytesUsed,
 		BytesAvailable: st.BytesAvailable, InodesTotal: st.InodesTotal, InodesUsed: st.InodesUsed}

@@ -172,7 +172,7 @@ func writeFileDurable(path string, b []byte) error {
 func (h *heldClaims) mountPath(allocID, volumeID string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.claims[allocID+"/"+volumeID]; c != nil {
+	if c := h.claims[(&heldClaim{AllocID: allocID, VolumeID: volumeID}).key()]; c != nil {
 		return c.MountPath
 	}
 	return ""

@@ -2,15 +2,22 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics/compat"
+
+	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/structs"
 )
 
 // defaultUsageInterval is how often the agent measures the volumes it
 // holds (NodeGetVolumeStats) for its usage gauges. A minute keeps the cost
 // small for plugins whose stats walk the volume (hostdir does).
 const defaultUsageInterval = time.Minute
+
+// volumeStatsTimeout bounds one NodeGetVolumeStats call.
+const volumeStatsTimeout = 30 * time.Second
 
 // usageLoop sets the claimd.client.volume.* gauges of every volume this
 // node holds whose node plugin advertises GET_VOLUME_STATS (issue 27).
@@ -45,13 +52,7 @@ func (a *Agent) measureUsage() {
 		if !stats[c.PluginID] || c.MountPath == "" {
 			continue
 		}
-		client, ok := a.plugins.Client(c.PluginID)
-		if !ok {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
-		st, err := client.NodeGetVolumeStats(ctx, c.ExternalID, c.MountPath)
-		cancel()
+		st, err := a.volumeStats(c.PluginID, c.ExternalID, c.MountPath)
 		if err != nil {
 			a.logger.Debug("volume usage not measured", "volume", c.VolumeID, "alloc", c.AllocID, "error", err)
 			continue
@@ -64,4 +65,20 @@ func (a *Agent) measureUsage() {
 			metrics.SetGaugeWithLabels([]string{"client", "volume", "inodes_used"}, float32(st.InodesUsed), labels)
 		}
 	}
+}
+
+// volumeStats asks a node plugin for a volume's usage at path, bounded in
+// time (both the gauges and Volume.Usage through csiEndpoint ask here).
+func (a *Agent) volumeStats(pluginID, externalID, path string) (*csi.VolumeStats, error) {
+	client, ok := a.plugins.Client(pluginID)
+	if !ok {
+		return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not configured on this node", pluginID))
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, volumeStatsTimeout)
+	defer cancel()
+	st, err := client.NodeGetVolumeStats(ctx, externalID, path)
+	if err != nil {
+		return nil, pluginError(err)
+	}
+	return st, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,15 @@ func TestVolumeUsage_NodeReportsWhatTheWorkloadWrote(t *testing.T) {
 
 	// The CLI shows it in volume status.
 	r := harness.RunCLIEnv(t, e.cliEnv(t), "volume", "status", "v1")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "Usage") || !strings.Contains(r.Stdout, "a1") {
-		t.Fatalf("volume status exp: a Usage section for a1 got: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	shown := false
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		// The Usage table's row: node, alloc, bytes used, ...
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == e.clients["w1"].NodeID() && f[1] == "a1" {
+			used, err := strconv.ParseInt(f[2], 10, 64)
+			shown = shown || err == nil && used >= size
+		}
+	}
+	if r.Code != 0 || !strings.Contains(r.Stdout, "Inodes Used") || !shown {
+		t.Fatalf("volume status exp: a Usage row for a1 on w1 with >= %d bytes used got: %d\n%s%s", size, r.Code, r.Stdout, r.Stderr)
 	}
 }

@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,23 +99,10 @@ func (t *tamperer) orphans() [][2]string {
 	for k := range t.added {
 		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b [2]string) int { return cmpPair(a, b) })
+	slices.SortFunc(out, func(a, b [2]string) int {
+		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+	})
 	return out
-}
-
-func cmpPair(a, b [2]string) int {
-	if a[0] != b[0] {
-		if a[0] < b[0] {
-			return -1
-		}
-		return 1
-	}
-	if a[1] < b[1] {
-		return -1
-	} else if a[1] > b[1] {
-		return 1
-	}
-	return 0
 }
 
 // tamperStorage changes one mount-pool volume's attachments every few
