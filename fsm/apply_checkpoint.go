@@ -163,13 +163,13 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 		keepReleased(v, moved)
 	}
 	tidyClaims(v)
-	tx.put(TableVolumes, v)
 	switch {
 	case live && out != nil:
-		ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
+		ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
 	case len(v.PastClaims) == 0:
-		completeVolumeEvals(tx, v.ID, "all past claims freed")
+		completeVolumeEvals(tx, v, "all past claims freed")
 	}
+	tx.put(TableVolumes, v)
 	return out.Copy(), nil
 }
 

@@ -182,8 +182,8 @@ func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error
 	}
 	v := cowVolume(old, tx.index)
 	makePast(tx, v, r.AllocID)
+	ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
 	tx.put(TableVolumes, v)
-	ensurePendingEval(tx, v.ID, structs.EvalTriggerClaimRelease)
 	return v.PastClaims[r.AllocID], nil
 }
 

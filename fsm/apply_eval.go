@@ -12,9 +12,10 @@ func init() {
 }
 
 // applyEvalUpsert stores evals the leader made (operator force, re-scans).
-// A pending eval with nothing to do (its volume is gone, or has no past
-// claims) is stored complete at once, so the watcher never picks it up. A
-// finished eval is never reopened: make a new one.
+// A pending eval with nothing to do (its volume has no past claims) is
+// stored complete at once, so the watcher never picks it up; one for a
+// volume that is not registered is not stored at all. A finished eval is
+// never reopened: make a new one.
 func applyEvalUpsert(tx *txn, req *structs.EvalUpsertRequest) (any, error) {
 	if len(req.Evals) == 0 {
 		return nil, structs.Invalid("evals", "must not be empty")
@@ -33,7 +34,7 @@ func applyEvalUpsert(tx *txn, req *structs.EvalUpsertRequest) (any, error) {
 			e.Status = structs.EvalStatusPending
 		}
 		e.CreateIndex, e.ModifyIndex = tx.index, tx.index
-		if old := getEval(tx, e.ID); old != nil {
+		if old, _ := getEval(tx, e.ID); old != nil {
 			if old.Status.Terminal() {
 				if old.Status == e.Status && old.VolumeID == e.VolumeID {
 					continue // a retried upsert
@@ -46,17 +47,22 @@ func applyEvalUpsert(tx *txn, req *structs.EvalUpsertRequest) (any, error) {
 			e.CreateIndex = old.CreateIndex
 		}
 		v := getVolume(tx, e.VolumeID)
+		if v == nil {
+			// An eval lives in its volume's row (decision 41): one for a
+			// volume that is gone would have nothing to do, and is not kept.
+			continue
+		}
 		switch {
 		case e.Status == structs.EvalStatusComplete:
 			if err := checkCompletable(v, e.ID); err != nil {
 				return nil, err
 			}
-		case e.Status == structs.EvalStatusPending && v == nil:
-			e.Status, e.StatusDescription = structs.EvalStatusComplete, "volume not registered"
 		case e.Status == structs.EvalStatusPending && len(v.PastClaims) == 0:
 			e.Status, e.StatusDescription = structs.EvalStatusComplete, "volume has no past claims"
 		}
-		tx.put(TableEvals, e)
+		v = v.Copy()
+		setEval(tx, v, e)
+		tx.put(TableVolumes, v)
 	}
 	return nil, nil
 }
@@ -74,7 +80,7 @@ func applyEvalComplete(tx *txn, req *structs.EvalCompleteRequest) (any, error) {
 	if len(req.StatusDescription) > 4096 {
 		return nil, structs.Invalid("status_description", "longer than 4096 bytes")
 	}
-	old := getEval(tx, req.EvalID)
+	old, v := getEval(tx, req.EvalID)
 	if old == nil {
 		return nil, structs.NotFound("eval", req.EvalID)
 	}
@@ -85,14 +91,16 @@ func applyEvalComplete(tx *txn, req *structs.EvalCompleteRequest) (any, error) {
 		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf("eval %q is already %s", old.ID, old.Status))
 	}
 	if req.Status == structs.EvalStatusComplete {
-		if err := checkCompletable(getVolume(tx, old.VolumeID), old.ID); err != nil {
+		if err := checkCompletable(v, old.ID); err != nil {
 			return nil, err
 		}
 	}
 	e := old.Copy()
 	e.Status, e.StatusDescription = req.Status, req.StatusDescription
 	e.ModifyIndex = tx.index
-	tx.put(TableEvals, e)
+	v = v.Copy()
+	setEval(tx, v, e)
+	tx.put(TableVolumes, v)
 	return nil, nil
 }
 

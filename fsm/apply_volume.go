@@ -32,7 +32,7 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 		v := in.Copy()
 		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
 		// The release history is the servers' record, never the spec's.
-		v.Released, v.Repairs, v.MutableParameters = nil, nil, nil
+		v.Released, v.Repairs, v.MutableParameters, v.Evals = nil, nil, nil, nil
 		v.CurrentAccessMode, v.CurrentAttachmentMode = "", ""
 		v.CreateIndex, v.ModifyIndex = tx.index, tx.index
 		if old := getVolume(tx, in.ID); old != nil {
@@ -44,7 +44,7 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 			// busy volume cost O(claims).
 			v.ReadClaims, v.WriteClaims, v.PastClaims = old.ReadClaims, old.WriteClaims, old.PastClaims
 			v.CurrentAccessMode, v.CurrentAttachmentMode = old.CurrentAccessMode, old.CurrentAttachmentMode
-			v.Released, v.Repairs = old.Released, old.Repairs
+			v.Released, v.Repairs, v.Evals = old.Released, old.Repairs, old.Evals
 			// Mutable parameters change only through a modification the
 			// plugin did, for the same storage object.
 			v.MutableParameters = nil
@@ -91,7 +91,7 @@ func checkClaimedUpdate(old, v *structs.Volume) error {
 // applyVolumeDeregister removes volumes. A claimed volume stays unless the
 // request forces it and no claiming alloc can still be using it (every one
 // is terminal or gone): forcing past a running alloc would pull storage out
-// from under it. Evals of a removed volume complete at once.
+// from under it. A removed volume's evals are deleted with it.
 func applyVolumeDeregister(tx *txn, req *structs.VolumeDeregisterRequest) (any, error) {
 	if len(req.VolumeIDs) == 0 {
 		return nil, structs.Invalid("volume_ids", "must not be empty")
@@ -120,7 +120,8 @@ func applyVolumeDeregister(tx *txn, req *structs.VolumeDeregisterRequest) (any, 
 			}
 		}
 		tx.remove(TableVolumes, v)
-		completeVolumeEvals(tx, id, "volume deregistered")
+		// Its evals go with it (they live in its row, decision 41).
+		dropEvals(tx, v.Copy(), v.Evals)
 	}
 	return nil, nil
 }

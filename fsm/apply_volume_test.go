@@ -129,9 +129,13 @@ func TestVolumeDeregister_ClaimedNeedsForceAndTerminalAllocs(t *testing.T) {
 	if h.volume("v1") != nil {
 		t.Fatalf("exp: v1 gone got: still there")
 	}
-	evals, _ = h.f.State().EvalsByVolume(nil, "v1")
-	if len(evals) != 1 || evals[0].Status != structs.EvalStatusComplete {
-		t.Fatalf("exp: eval completed with its volume got: %+v", evals)
+	// Its eval went with it: nothing pending is left for the watcher,
+	// and the ID no longer finds it.
+	if e, _ := h.f.State().EvalByID(nil, evals[0].ID); e != nil {
+		t.Fatalf("exp: eval gone with its volume got: %+v", e)
+	}
+	if pending, _ := h.f.State().EvalsByStatus(nil, structs.EvalStatusPending); len(pending) != 0 {
+		t.Fatalf("exp: no pending evals got: %+v", pending)
 	}
 }
 

@@ -13,24 +13,83 @@ import (
 // few evals, not one per release.
 const keepTerminalEvals = 3
 
-// ensurePendingEval makes sure a volume with past claims has a pending
-// volume-claim-gc eval, creating one when it has none. One pending eval per
-// volume is enough: the watcher works on all of the volume's past claims,
-// and EvalComplete is refused while any is left, so a claim released while
-// the eval runs is never missed. The ID is derived from the Raft index so
-// every server creates the same eval.
-func ensurePendingEval(tx *txn, volumeID, trigger string) {
-	evals := evalsOfVolume(tx, volumeID)
-	for _, e := range evals {
+// A volume's evals live in its row (structs.Volume.Evals, decision 41):
+// the helpers below change the evals of v, a copy of the volume the
+// caller is about to put, and keep TableEvalIDs, the lookup by eval ID, in
+// step. Stored evals are never changed in place: a changed eval is a new
+// copy, and v.Evals a new slice, because v shares its slice with the
+// stored row until then.
+
+// evalRef is a row of TableEvalIDs: which volume holds an eval.
+type evalRef struct {
+	ID       string
+	VolumeID string
+}
+
+// pendingEval returns v's pending eval, or nil. A volume has at most one.
+func pendingEval(v *structs.Volume) *structs.Eval {
+	for _, e := range v.Evals {
 		if e.Status == structs.EvalStatusPending {
-			return
+			return e
 		}
 	}
-	pruneTerminalEvals(tx, evals)
-	tx.put(TableEvals, &structs.Eval{
-		ID:          structs.DeriveEvalID(tx.index, volumeID),
+	return nil
+}
+
+// compareEvals is the order of a volume's evals: oldest first, by
+// CreateIndex then ID, the same on every server whatever order the evals
+// arrived in (a restore from an older snapshot reads them by ID).
+func compareEvals(a, b *structs.Eval) int {
+	return cmp.Or(cmp.Compare(a.CreateIndex, b.CreateIndex), cmp.Compare(a.ID, b.ID))
+}
+
+// setEval stores e in v: it replaces v's eval with the same ID, or adds e
+// and records its ID.
+func setEval(tx *txn, v *structs.Volume, e *structs.Eval) {
+	evals := slices.Clone(v.Evals)
+	if i := slices.IndexFunc(evals, func(x *structs.Eval) bool { return x.ID == e.ID }); i >= 0 {
+		evals[i] = e
+	} else {
+		evals = append(evals, e)
+		slices.SortFunc(evals, compareEvals)
+		tx.putLookup(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: v.ID})
+	}
+	v.Evals = evals
+	tx.touched[TableEvals] = true
+}
+
+// dropEvals deletes the given evals of v.
+func dropEvals(tx *txn, v *structs.Volume, drop []*structs.Eval) {
+	if len(drop) == 0 {
+		return
+	}
+	v.Evals = slices.DeleteFunc(slices.Clone(v.Evals), func(e *structs.Eval) bool {
+		return slices.Contains(drop, e)
+	})
+	if len(v.Evals) == 0 {
+		v.Evals = nil
+	}
+	for _, e := range drop {
+		tx.removeLookup(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: v.ID})
+	}
+	tx.touched[TableEvals] = true
+}
+
+// ensurePendingEval makes sure v, a volume with past claims, has a pending
+// volume-claim-gc eval, creating one when it has none. One pending eval
+// per volume is enough: the watcher works on all of the volume's past
+// claims, and EvalComplete is refused while any is left, so a claim
+// released while the eval runs is never missed. The ID is derived from the
+// Raft index so every server creates the same eval.
+func ensurePendingEval(tx *txn, v *structs.Volume, trigger string) {
+	if pendingEval(v) != nil {
+		return
+	}
+	pruneTerminalEvals(tx, v)
+	setEval(tx, v, &structs.Eval{
+		ID:          structs.DeriveEvalID(tx.index, v.ID),
 		Type:        structs.EvalTypeVolumeClaimGC,
-		VolumeID:    volumeID,
+		VolumeID:    v.ID,
 		Status:      structs.EvalStatusPending,
 		TriggeredBy: trigger,
 		CreateIndex: tx.index,
@@ -38,10 +97,11 @@ func ensurePendingEval(tx *txn, volumeID, trigger string) {
 	})
 }
 
-// completeVolumeEvals completes a volume's pending evals: used when the
-// volume is gone and nothing is left for them to do.
-func completeVolumeEvals(tx *txn, volumeID, why string) {
-	for _, e := range evalsOfVolume(tx, volumeID) {
+// completeVolumeEvals completes v's pending evals: its past claims are all
+// freed, and nothing is left for them to do. (An operator's re-scan can
+// add a second pending eval beside the release's.)
+func completeVolumeEvals(tx *txn, v *structs.Volume, why string) {
+	for _, e := range v.Evals {
 		if e.Status != structs.EvalStatusPending {
 			continue
 		}
@@ -49,27 +109,20 @@ func completeVolumeEvals(tx *txn, volumeID, why string) {
 		c.Status = structs.EvalStatusComplete
 		c.StatusDescription = why
 		c.ModifyIndex = tx.index
-		tx.put(TableEvals, c)
+		setEval(tx, v, c)
 	}
 }
 
-// pruneTerminalEvals deletes all but the newest keepTerminalEvals of a
-// volume's finished evals (newest by CreateIndex, then ID: the same on
-// every server).
-func pruneTerminalEvals(tx *txn, evals []*structs.Eval) {
+// pruneTerminalEvals deletes all but the newest keepTerminalEvals of v's
+// finished evals.
+func pruneTerminalEvals(tx *txn, v *structs.Volume) {
 	var done []*structs.Eval
-	for _, e := range evals {
+	for _, e := range v.Evals { // oldest first
 		if e.Status.Terminal() {
 			done = append(done, e)
 		}
 	}
-	if len(done) <= keepTerminalEvals {
-		return
-	}
-	slices.SortFunc(done, func(a, b *structs.Eval) int {
-		return cmp.Or(cmp.Compare(b.CreateIndex, a.CreateIndex), cmp.Compare(b.ID, a.ID))
-	})
-	for _, e := range done[keepTerminalEvals:] {
-		tx.remove(TableEvals, e)
+	if n := len(done) - keepTerminalEvals; n > 0 {
+		dropEvals(tx, v, done[:n])
 	}
 }

@@ -93,9 +93,9 @@ func (m *model) deregisterVolume(id string, force bool) structs.ErrorCode {
 	}
 	delete(m.vols, id)
 	delete(m.claims, id)
-	for _, e := range m.evals {
-		if e.vol == id && e.status == structs.EvalStatusPending {
-			e.status = structs.EvalStatusComplete
+	for eid, e := range m.evals {
+		if e.vol == id { // a volume's evals go with it
+			delete(m.evals, eid)
 		}
 	}
 	return okCode
@@ -378,8 +378,11 @@ func (m *model) upsertEval(id, vol string, index uint64) structs.ErrorCode {
 	if m.evals[id] != nil {
 		return structs.CodeConflict // the test only re-upserts finished evals
 	}
+	if _, ok := m.vols[vol]; !ok {
+		return okCode // an eval lives in its volume: none is kept for a missing one
+	}
 	e := &mEval{vol: vol, status: structs.EvalStatusPending, created: index}
-	if _, ok := m.vols[vol]; !ok || !m.hasPast(vol) {
+	if !m.hasPast(vol) {
 		e.status = structs.EvalStatusComplete
 	}
 	m.evals[id] = e

@@ -81,11 +81,12 @@ func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
 		if old == nil || old.Claim(a.ID) == nil {
 			continue
 		}
-		if old.LiveClaim(a.ID) != nil {
-			v := cowVolume(old, tx.index)
-			makePast(tx, v, a.ID)
-			tx.put(TableVolumes, v)
+		if old.LiveClaim(a.ID) == nil && pendingEval(old) != nil {
+			continue // already past, and its release already under way
 		}
-		ensurePendingEval(tx, id, trigger)
+		v := cowVolume(old, tx.index)
+		makePast(tx, v, a.ID)
+		ensurePendingEval(tx, v, trigger)
+		tx.put(TableVolumes, v)
 	}
 }

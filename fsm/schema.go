@@ -21,7 +21,13 @@ const (
 	TablePluginInstances = "plugin_instances"
 	TableVolumes         = "volumes"
 	TableAllocs          = "allocs"
-	TableEvals           = "evals"
+	// TableEvals names the evals for TableIndex and snapshots; the evals
+	// themselves live in their volume's row (structs.Volume.Evals,
+	// decision 41), found by ID through TableEvalIDs.
+	TableEvals = "evals"
+	// TableEvalIDs maps each eval ID to its volume: written when an eval
+	// is made and when it is pruned, not when it changes.
+	TableEvalIDs = "eval_ids"
 	// TableACLPolicies and TableACLTokens hold ACL policies by name and
 	// tokens by accessor ID (with an index on the secret's hash).
 	TableACLPolicies = "acl_policies"
@@ -36,13 +42,11 @@ const (
 	indexID        = "id"
 	indexClaimNode = "claim_node" // volumes by the node of any claim, live or past
 	indexNode      = "node_id"    // allocs by node
-	indexVolume    = "volume_id"  // evals by volume
-	// indexPendingSince holds only pending evals, ordered by ModifyIndex,
-	// so the release watcher reads just the evals that became pending
-	// since its last look instead of every pending eval on every change.
-	// There is no index of finished evals by status: every release writes
-	// an eval three times (created, finished, pruned), and listing finished
-	// evals by status is an operator's rare scan.
+	// indexPendingSince holds only the volumes with a pending eval,
+	// ordered by that eval's ModifyIndex, so the release watcher reads just
+	// the evals that became pending since its last look instead of every
+	// pending eval on every change. There is no index of finished evals by
+	// status: listing them is an operator's rare scan.
 	indexPendingSince = "pending_since"
 	// indexSecret finds a token by the SHA-256 of its secret: a lookup by
 	// the hash leaks nothing about the secret through timing, and the
@@ -80,16 +84,15 @@ func schema() *memdb.DBSchema {
 			indexID: primary(func(v *structs.Volume) string { return v.ID }),
 			indexClaimNode: {Name: indexClaimNode, AllowMissing: true,
 				Indexer: claimNodeIndexer{}},
+			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
+				Indexer: pendingSinceIndexer{}},
+		}},
+		TableEvalIDs: {Name: TableEvalIDs, Indexes: map[string]*memdb.IndexSchema{
+			indexID: primary(func(r *evalRef) string { return r.ID }),
 		}},
 		TableAllocs: {Name: TableAllocs, Indexes: map[string]*memdb.IndexSchema{
 			indexID:   primary(func(a *structs.Alloc) string { return a.ID }),
 			indexNode: secondary(indexNode, func(a *structs.Alloc) string { return a.NodeID }),
-		}},
-		TableEvals: {Name: TableEvals, Indexes: map[string]*memdb.IndexSchema{
-			indexID:     primary(func(e *structs.Eval) string { return e.ID }),
-			indexVolume: secondary(indexVolume, func(e *structs.Eval) string { return e.VolumeID }),
-			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
-				Indexer: pendingSinceIndexer{}},
 		}},
 		TableStorageReports: {Name: TableStorageReports, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(r *structs.StorageReport) string { return r.PluginID }),
@@ -205,18 +208,19 @@ func (claimNodeIndexer) FromArgs(args ...any) ([]byte, error) {
 	return nulTerminated(s), nil
 }
 
-// pendingSinceIndexer keys a pending eval by its ModifyIndex, big-endian so
-// that byte order is numeric order and LowerBound is a range scan (memdb's
-// UintFieldIndex uses uvarints, which do not sort). Other evals are left
-// out of the index.
+// pendingSinceIndexer keys a volume with a pending eval by that eval's
+// ModifyIndex, big-endian so that byte order is numeric order and
+// LowerBound is a range scan (memdb's UintFieldIndex uses uvarints, which
+// do not sort). Volumes without one are left out of the index.
 type pendingSinceIndexer struct{}
 
 func (pendingSinceIndexer) FromObject(raw any) (bool, []byte, error) {
-	e, ok := raw.(*structs.Eval)
+	v, ok := raw.(*structs.Volume)
 	if !ok {
-		return false, nil, fmt.Errorf("pending_since index: %T is not an eval", raw)
+		return false, nil, fmt.Errorf("pending_since index: %T is not a volume", raw)
 	}
-	if e.Status != structs.EvalStatusPending {
+	e := pendingEval(v)
+	if e == nil {
 		return false, nil, nil
 	}
 	return true, binary.BigEndian.AppendUint64(nil, e.ModifyIndex), nil

@@ -15,7 +15,7 @@ import (
 // an empty field must stay out of the index.
 func TestStringIndexer_SameKeysAsStringFieldIndex(t *testing.T) {
 	reflective := &memdb.StringFieldIndex{Field: "VolumeID"}
-	typed := stringIndexer[structs.Eval]{name: indexVolume, field: func(e *structs.Eval) string { return e.VolumeID }}
+	typed := stringIndexer[structs.Eval]{name: "volume_id", field: func(e *structs.Eval) string { return e.VolumeID }}
 	for _, id := range []string{"", "v", "vol-1", "vol-10", "ünï\x01code"} {
 		e := &structs.Eval{VolumeID: id}
 		wantOK, want, wantErr := reflective.FromObject(e)
@@ -32,7 +32,7 @@ func TestStringIndexer_SameKeysAsStringFieldIndex(t *testing.T) {
 }
 
 func TestStringIndexer_RefusesWrongTypes(t *testing.T) {
-	typed := stringIndexer[structs.Eval]{name: indexVolume, field: func(e *structs.Eval) string { return e.VolumeID }}
+	typed := stringIndexer[structs.Eval]{name: "volume_id", field: func(e *structs.Eval) string { return e.VolumeID }}
 	if _, _, err := typed.FromObject(&structs.Volume{ID: "v"}); err == nil || !strings.Contains(err.Error(), "volume_id index") {
 		t.Errorf("FromObject(volume) error = %v, want one naming the volume_id index", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/go-memdb"
@@ -22,6 +23,11 @@ import (
 //	header{Magic, Version}
 //	(kind uint8, object)*   kinds in table order, objects in ID order
 //	kindEnd
+//
+// except that each volume's evals follow the volume itself (they live in
+// its row, decision 41): restore attaches them as they come. A snapshot
+// written before that has all evals after all volumes, in ID order, and
+// restores the same state.
 //
 // The explicit end record makes a truncated snapshot an error instead of a
 // smaller state. Restore refuses versions it does not know.
@@ -110,6 +116,9 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 		return fmt.Errorf("snapshot header: %w", err)
 	}
 	for _, t := range snapshotTables {
+		if t.kind == kindEval {
+			continue // written with their volumes
+		}
 		it, err := s.tx.Get(t.table, indexID)
 		if err != nil {
 			return fmt.Errorf("snapshot %s: %w", t.table, err)
@@ -120,11 +129,17 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 			if r, ok := raw.(*pluginRow); ok {
 				raw = r.plugin(s.tx, true)
 			}
-			if err := enc.Encode(t.kind); err != nil {
+			if err := writeRecord(enc, t.kind, raw); err != nil {
 				return fmt.Errorf("snapshot %s: %w", t.table, err)
 			}
-			if err := enc.Encode(raw); err != nil {
-				return fmt.Errorf("snapshot %s: %w", t.table, err)
+			v, ok := raw.(*structs.Volume)
+			if !ok {
+				continue
+			}
+			for _, e := range v.Evals {
+				if err := writeRecord(enc, kindEval, e); err != nil {
+					return fmt.Errorf("snapshot %s: %w", TableEvals, err)
+				}
 			}
 		}
 	}
@@ -132,6 +147,13 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 		return fmt.Errorf("snapshot end: %w", err)
 	}
 	return bw.Flush()
+}
+
+func writeRecord(enc *codec.Encoder, kind recordKind, obj any) error {
+	if err := enc.Encode(kind); err != nil {
+		return err
+	}
+	return enc.Encode(obj)
 }
 
 // Release is called when raft is done with the snapshot.
@@ -232,20 +254,77 @@ func restoreStore(r io.Reader) (*StateStore, error) {
 	s := newStateStore()
 	tx := s.db.Txn(true)
 	defer tx.Abort()
-	for r := range records {
-		if p, ok := r.obj.(*structs.Plugin); ok {
-			restorePlugin(tx, p)
-			continue
+	// A volume is inserted once the records after it are not its evals,
+	// so that its evals join it before its one insert.
+	var held *structs.Volume
+	flush := func() error {
+		if held == nil {
+			return nil
 		}
-		if err := tx.Insert(r.table, r.obj); err != nil {
+		v := held
+		held = nil
+		return tx.Insert(TableVolumes, v)
+	}
+	for r := range records {
+		var err error
+		switch obj := r.obj.(type) {
+		case *structs.Plugin:
+			err = flush()
+			restorePlugin(tx, obj)
+		case *structs.Volume:
+			if err = flush(); err == nil {
+				obj.Evals, held = nil, obj
+			}
+		case *structs.Eval:
+			err = restoreEval(tx, held, obj)
+		default:
+			if err = flush(); err == nil {
+				err = tx.Insert(r.table, r.obj)
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("restore: record %d (%s): %w", r.n, r.table, err)
 		}
 	}
 	if err := <-decodeErr; err != nil {
 		return nil, err
 	}
+	if err := flush(); err != nil {
+		return nil, fmt.Errorf("restore: last volume: %w", err)
+	}
 	tx.Commit()
 	return s, nil
+}
+
+// restoreEval puts a snapshot's eval into its volume: held, when it
+// follows its volume, or the stored row, in a snapshot written before
+// evals lived in volume rows. An eval whose volume is not in the snapshot
+// (such snapshots kept the finished evals of deregistered volumes) is
+// dropped: it has no row to live in and nothing to do.
+func restoreEval(tx *memdb.Txn, held *structs.Volume, e *structs.Eval) error {
+	if err := tx.Insert(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: e.VolumeID}); err != nil {
+		return err
+	}
+	if held != nil && held.ID == e.VolumeID {
+		held.Evals = addEvalSorted(held.Evals, e)
+		return nil
+	}
+	raw, err := tx.First(TableVolumes, indexID, e.VolumeID)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
+		return tx.Delete(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: e.VolumeID})
+	}
+	v := *raw.(*structs.Volume)
+	v.Evals = addEvalSorted(v.Evals, e)
+	return tx.Insert(TableVolumes, &v)
+}
+
+func addEvalSorted(evals []*structs.Eval, e *structs.Eval) []*structs.Eval {
+	evals = append(slices.Clip(evals), e)
+	slices.SortFunc(evals, compareEvals)
+	return evals
 }
 
 // WriteSnapshot writes the current state in snapshot format to w. The bytes

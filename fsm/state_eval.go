@@ -10,53 +10,101 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
+// Evals live in their volume's row (decision 41); these readers present
+// them as the eval API always has, sorted by ID.
+
+func sortEvalsByID(evals []*structs.Eval) []*structs.Eval {
+	slices.SortFunc(evals, func(a, b *structs.Eval) int { return strings.Compare(a.ID, b.ID) })
+	return evals
+}
+
 // EvalByID returns an eval, or nil, nil when there is none.
 func (s *StateStore) EvalByID(ws memdb.WatchSet, id string) (*structs.Eval, error) {
-	return firstAs[structs.Eval](s.first(ws, TableEvals, indexID, id))
+	txn := s.db.Txn(false)
+	ch, raw, err := txn.FirstWatch(TableEvalIDs, indexID, id)
+	if err != nil {
+		return nil, fmt.Errorf("read eval %q: %w", id, err)
+	}
+	s.watch(ws, ch)
+	ref, _ := raw.(*evalRef)
+	if ref == nil {
+		return nil, nil
+	}
+	ch, raw, err = txn.FirstWatch(TableVolumes, indexID, ref.VolumeID)
+	if err != nil {
+		return nil, fmt.Errorf("read eval %q: %w", id, err)
+	}
+	s.watch(ws, ch)
+	if v, _ := raw.(*structs.Volume); v != nil {
+		for _, e := range v.Evals {
+			if e.ID == id {
+				return e, nil
+			}
+		}
+	}
+	return nil, nil
 }
 
 // Evals returns every eval sorted by ID.
 func (s *StateStore) Evals(ws memdb.WatchSet) ([]*structs.Eval, error) {
-	return listAs[structs.Eval](s.list(ws, TableEvals, indexID))
+	vols, err := listAs[structs.Volume](s.list(ws, TableVolumes, indexID))
+	var out []*structs.Eval
+	for _, v := range vols {
+		out = append(out, v.Evals...)
+	}
+	return sortEvalsByID(out), err
 }
 
 // EvalsByStatus returns the evals in one status sorted by ID. Pending ones
 // come from their own index; finished ones by a scan of all evals.
 func (s *StateStore) EvalsByStatus(ws memdb.WatchSet, status structs.EvalStatus) ([]*structs.Eval, error) {
 	if status == structs.EvalStatusPending {
-		evals, err := listAs[structs.Eval](s.list(ws, TableEvals, indexPendingSince))
-		slices.SortFunc(evals, func(a, b *structs.Eval) int { return strings.Compare(a.ID, b.ID) })
-		return evals, err
+		vols, err := listAs[structs.Volume](s.list(ws, TableVolumes, indexPendingSince))
+		return sortEvalsByID(pendingEvalsOf(vols)), err
 	}
 	all, err := s.Evals(ws)
 	return slices.DeleteFunc(all, func(e *structs.Eval) bool { return e.Status != status }), err
 }
 
+func pendingEvalsOf(vols []*structs.Volume) []*structs.Eval {
+	var out []*structs.Eval
+	for _, v := range vols {
+		for _, e := range v.Evals {
+			if e.Status == structs.EvalStatusPending {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
 // PendingEvalsSince returns the evals that are pending and were last
-// written after Raft index since, oldest write first, and the highest
-// ModifyIndex among them (since itself when there are none): the next call's
-// since. ws is woken when any eval enters or leaves the pending set.
+// written after Raft index since, oldest write first (by the volume's
+// first pending eval), and the highest ModifyIndex among them (since
+// itself when there are none): the next call's since. ws is woken when a
+// volume with a pending eval is written, or one enters or leaves the set.
 func (s *StateStore) PendingEvalsSince(ws memdb.WatchSet, since uint64) ([]*structs.Eval, uint64, error) {
 	txn := s.db.Txn(false)
 	// The watch is the whole pending index's (LowerBound iterators cannot
 	// be watched), read in the same transaction, so no change between the
 	// read and the watch is missed.
-	all, err := txn.Get(TableEvals, indexPendingSince)
+	all, err := txn.Get(TableVolumes, indexPendingSince)
 	if err != nil {
 		return nil, since, fmt.Errorf("watch pending evals: %w", err)
 	}
 	s.watch(ws, all.WatchCh())
-	it, err := txn.LowerBound(TableEvals, indexPendingSince, since+1)
+	it, err := txn.LowerBound(TableVolumes, indexPendingSince, since+1)
 	if err != nil {
 		return nil, since, fmt.Errorf("list pending evals since %d: %w", since, err)
 	}
 	var out []*structs.Eval
 	last := since
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		e := raw.(*structs.Eval)
-		out = append(out, e)
-		if e.ModifyIndex > last {
-			last = e.ModifyIndex
+		for _, e := range pendingEvalsOf([]*structs.Volume{raw.(*structs.Volume)}) {
+			out = append(out, e)
+			if e.ModifyIndex > last {
+				last = e.ModifyIndex
+			}
 		}
 	}
 	return out, last, nil
@@ -64,5 +112,9 @@ func (s *StateStore) PendingEvalsSince(ws memdb.WatchSet, since uint64) ([]*stru
 
 // EvalsByVolume returns a volume's evals sorted by ID.
 func (s *StateStore) EvalsByVolume(ws memdb.WatchSet, volumeID string) ([]*structs.Eval, error) {
-	return listAs[structs.Eval](s.list(ws, TableEvals, indexVolume, volumeID))
+	v, err := firstAs[structs.Volume](s.first(ws, TableVolumes, indexID, volumeID))
+	if v == nil {
+		return nil, err
+	}
+	return sortEvalsByID(slices.Clone(v.Evals)), nil
 }

@@ -25,16 +25,20 @@ func getAlloc(tx *txn, id string) *structs.Alloc {
 	return a
 }
 
-func getEval(tx *txn, id string) *structs.Eval {
-	e, _ := tx.get(TableEvals, indexID, id).(*structs.Eval)
-	return e
-}
-
-func evalsOfVolume(tx *txn, volumeID string) []*structs.Eval {
-	raws := tx.all(TableEvals, indexVolume, volumeID)
-	out := make([]*structs.Eval, len(raws))
-	for i, raw := range raws {
-		out[i] = raw.(*structs.Eval)
+// getEval returns an eval and the volume that holds it, or nil, nil.
+func getEval(tx *txn, id string) (*structs.Eval, *structs.Volume) {
+	ref, _ := tx.get(TableEvalIDs, indexID, id).(*evalRef)
+	if ref == nil {
+		return nil, nil
 	}
-	return out
+	v := getVolume(tx, ref.VolumeID)
+	if v == nil {
+		return nil, nil
+	}
+	for _, e := range v.Evals {
+		if e.ID == id {
+			return e, v
+		}
+	}
+	return nil, nil
 }

@@ -3,6 +3,7 @@ package structs
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -135,6 +136,14 @@ type Volume struct {
 	// MutableParameters are the parameters a ControllerModifyVolume set
 	// (`claimd volume modify`), recorded once the plugin did it.
 	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
+	// Evals are this volume's volume-claim-gc evals, the pending one and
+	// the last few finished ones, ordered by CreateIndex then ID. The state
+	// store keeps them in the volume's row because every release writes
+	// the volume anyway: a separate eval table cost three index writes per
+	// eval change (decision 41). They are never encoded with the volume
+	// (the eval API serves them, and snapshots write them as eval records),
+	// so no RPC, log entry or HTTP answer carries them.
+	Evals []*Eval `json:"-" codec:"-"`
 	// RefuseClaimsWhenAbnormal: while the last reconciliation round found
 	// the volume abnormal (CSI volume health), new claims are refused
 	// (unschedulable, naming the condition); claims held stay.
@@ -383,6 +392,9 @@ func (v *Volume) Copy() *Volume {
 			c.Repairs[i] = &rr
 		}
 	}
+	// Stored evals are immutable: the state store replaces one, never
+	// changes it, so the copy shares them.
+	c.Evals = slices.Clone(v.Evals)
 	if v.Released != nil {
 		c.Released = make([]*Claim, len(v.Released))
 		for i, r := range v.Released {
