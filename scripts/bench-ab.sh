@@ -17,8 +17,9 @@
 # Environment (all optional but A and B):
 #   REPEAT=4 CALLERS=64 TARGET=leader DURATION=10s WARMUP=1s VOLUMES=60000
 #   SERVER_ARGS=""   extra flags for every server of B (A gets SERVER_ARGS_A)
-#   PPROF=1          serve pprof and keep a CPU profile of the target server
-#                    of each run in $TMP/runN/cpu.pprof (keeps $TMP), taken
+#   PPROF=1          serve pprof and keep a CPU and an allocation profile of
+#                    the target server of each run in $TMP/runN/cpu.pprof and
+#                    allocs.pprof (keeps $TMP), taken
 #                    WATCH_DELAY=2 s into the run for WATCH_SECONDS=8 s
 #   KEEP_TMP=1       keep the temporary directory (server logs, raw JSON)
 #

@@ -138,8 +138,8 @@ wait_until() {
 has_leader() { "${SERVER_CLAIMD:-$CLAIMD}" operator raft list-peers -address "$JOIN" -timeout 2s 2>/dev/null | grep -q leader; }
 
 # start_watch DIR: with PPROF, in the background (pid in WATCHER), take a
-# CPU profile of the server the calls go to during the run's measured
-# window (DIR/cpu.pprof): it waits for the tool's "run: ..." line in
+# CPU profile and an allocation profile of the server the calls go to
+# during the run's measured window (DIR/cpu.pprof, DIR/allocs.pprof): it waits for the tool's "run: ..." line in
 # DIR/bench.err, which names that server, then WATCH_DELAY (2 s: the
 # callers' sessions and the 1 s warmup), and profiles for WATCH_SECONDS
 # (8 s of the 10 s window). The servers' CPU time per claim cycle is
@@ -160,7 +160,11 @@ start_watch() {
 		done
 		[[ -n "$target" ]] || exit 1
 		sleep "${WATCH_DELAY:-2}"
+		# The allocations over the same window (a delta profile) beside
+		# the CPU profile: allocations per call are a lever of their own.
+		curl -sf -o "$dir/allocs.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/allocs?seconds=${WATCH_SECONDS:-8}" &
 		curl -sf -o "$dir/cpu.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/profile?seconds=${WATCH_SECONDS:-8}"
+		wait
 	) >/dev/null 2>"$dir/watch.err" &
 	WATCHER=$!
 }
