@@ -241,7 +241,9 @@ func TestEvals_UpsertAndComplete(t *testing.T) {
 	}
 	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusPending}, structs.CodeInvalid)
 	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: "nope", Status: structs.EvalStatusFailed}, structs.CodeNotFound)
-	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusFailed, StatusDescription: "plugin said no"})
+	// Named with the wrong volume, the eval is not there.
+	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, VolumeID: "gone", Status: structs.EvalStatusFailed}, structs.CodeNotFound)
+	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, VolumeID: "v1", Status: structs.EvalStatusFailed, StatusDescription: "plugin said no"})
 	h.mustApply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusFailed})
 	h.mustRefuse(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: structs.EvalStatusComplete}, structs.CodeConflict)
 	if e, _ := h.f.State().EvalByID(nil, id); e.StatusDescription != "plugin said no" {

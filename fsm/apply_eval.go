@@ -21,6 +21,21 @@ func applyEvalUpsert(tx *txn, req *structs.EvalUpsertRequest) (any, error) {
 		return nil, structs.Invalid("evals", "must not be empty")
 	}
 	seen := make(map[string]bool, len(req.Evals))
+	// Evals have no index by ID (decision 41): one pass over the volumes
+	// finds those the entry names. Upserts are the leader's rare re-scans.
+	existing := map[string]*structs.Eval{}
+	for _, in := range req.Evals {
+		if in != nil {
+			existing[in.ID] = nil
+		}
+	}
+	for _, raw := range tx.all(TableVolumes, indexID) {
+		for _, e := range raw.(*structs.Volume).Evals {
+			if _, ok := existing[e.ID]; ok {
+				existing[e.ID] = e
+			}
+		}
+	}
 	for i, in := range req.Evals {
 		if err := in.Validate(); err != nil {
 			return nil, itemError("evals", i, err)
@@ -34,7 +49,7 @@ func applyEvalUpsert(tx *txn, req *structs.EvalUpsertRequest) (any, error) {
 			e.Status = structs.EvalStatusPending
 		}
 		e.CreateIndex, e.ModifyIndex = tx.index, tx.index
-		if old, _ := getEval(tx, e.ID); old != nil {
+		if old := existing[e.ID]; old != nil {
 			if old.Status.Terminal() {
 				if old.Status == e.Status && old.VolumeID == e.VolumeID {
 					continue // a retried upsert
@@ -80,7 +95,7 @@ func applyEvalComplete(tx *txn, req *structs.EvalCompleteRequest) (any, error) {
 	if len(req.StatusDescription) > 4096 {
 		return nil, structs.Invalid("status_description", "longer than 4096 bytes")
 	}
-	old, v := getEval(tx, req.EvalID)
+	old, v := getEval(tx, req.EvalID, req.VolumeID)
 	if old == nil {
 		return nil, structs.NotFound("eval", req.EvalID)
 	}

@@ -120,8 +120,10 @@ func applyVolumeDeregister(tx *txn, req *structs.VolumeDeregisterRequest) (any, 
 			}
 		}
 		tx.remove(TableVolumes, v)
-		// Its evals go with it (they live in its row, decision 41).
-		dropEvals(tx, v.Copy(), v.Evals)
+		if len(v.Evals) > 0 {
+			// Its evals go with it (they live in its row, decision 41).
+			tx.touched[TableEvals] = true
+		}
 	}
 	return nil, nil
 }

@@ -15,16 +15,9 @@ const keepTerminalEvals = 3
 
 // A volume's evals live in its row (structs.Volume.Evals, decision 41):
 // the helpers below change the evals of v, a copy of the volume the
-// caller is about to put, and keep TableEvalIDs, the lookup by eval ID, in
-// step. Stored evals are never changed in place: a changed eval is a new
-// copy, and v.Evals a new slice, because v shares its slice with the
-// stored row until then.
-
-// evalRef is a row of TableEvalIDs: which volume holds an eval.
-type evalRef struct {
-	ID       string
-	VolumeID string
-}
+// caller is about to put. Stored evals are never changed in place: a
+// changed eval is a new copy, and v.Evals a new slice, because v shares
+// its slice with the stored row until then.
 
 // pendingEval returns v's pending eval, or nil. A volume has at most one.
 func pendingEval(v *structs.Volume) *structs.Eval {
@@ -43,8 +36,7 @@ func compareEvals(a, b *structs.Eval) int {
 	return cmp.Or(cmp.Compare(a.CreateIndex, b.CreateIndex), cmp.Compare(a.ID, b.ID))
 }
 
-// setEval stores e in v: it replaces v's eval with the same ID, or adds e
-// and records its ID.
+// setEval stores e in v: it replaces v's eval with the same ID, or adds e.
 func setEval(tx *txn, v *structs.Volume, e *structs.Eval) {
 	evals := slices.Clone(v.Evals)
 	if i := slices.IndexFunc(evals, func(x *structs.Eval) bool { return x.ID == e.ID }); i >= 0 {
@@ -52,7 +44,6 @@ func setEval(tx *txn, v *structs.Volume, e *structs.Eval) {
 	} else {
 		evals = append(evals, e)
 		slices.SortFunc(evals, compareEvals)
-		tx.putLookup(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: v.ID})
 	}
 	v.Evals = evals
 	tx.touched[TableEvals] = true
@@ -68,9 +59,6 @@ func dropEvals(tx *txn, v *structs.Volume, drop []*structs.Eval) {
 	})
 	if len(v.Evals) == 0 {
 		v.Evals = nil
-	}
-	for _, e := range drop {
-		tx.removeLookup(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: v.ID})
 	}
 	tx.touched[TableEvals] = true
 }

@@ -298,7 +298,13 @@ func (r *propRun) completeEval(t *rapid.T) {
 	if rapid.IntRange(0, 5).Draw(t, "fail") == 0 {
 		status = structs.EvalStatusFailed
 	}
-	resp := r.apply(structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: id, Status: status})
+	req := &structs.EvalCompleteRequest{EvalID: id, Status: status}
+	// The watcher names the eval's volume; an entry from before the field
+	// did not, and the eval is searched for: both must find the same.
+	if e := r.m.evals[id]; e != nil && rapid.Bool().Draw(t, "name volume") {
+		req.VolumeID = e.vol
+	}
+	resp := r.apply(structs.EvalCompleteRequestType, req)
 	r.expect("complete eval "+id, r.m.completeEval(id, status), resp)
 }
 

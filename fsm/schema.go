@@ -23,11 +23,8 @@ const (
 	TableAllocs          = "allocs"
 	// TableEvals names the evals for TableIndex and snapshots; the evals
 	// themselves live in their volume's row (structs.Volume.Evals,
-	// decision 41), found by ID through TableEvalIDs.
+	// decision 41).
 	TableEvals = "evals"
-	// TableEvalIDs maps each eval ID to its volume: written when an eval
-	// is made and when it is pruned, not when it changes.
-	TableEvalIDs = "eval_ids"
 	// TableACLPolicies and TableACLTokens hold ACL policies by name and
 	// tokens by accessor ID (with an index on the secret's hash).
 	TableACLPolicies = "acl_policies"
@@ -86,9 +83,6 @@ func schema() *memdb.DBSchema {
 				Indexer: claimNodeIndexer{}},
 			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
 				Indexer: pendingSinceIndexer{}},
-		}},
-		TableEvalIDs: {Name: TableEvalIDs, Indexes: map[string]*memdb.IndexSchema{
-			indexID: primary(func(r *evalRef) string { return r.ID }),
 		}},
 		TableAllocs: {Name: TableAllocs, Indexes: map[string]*memdb.IndexSchema{
 			indexID:   primary(func(a *structs.Alloc) string { return a.ID }),

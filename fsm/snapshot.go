@@ -302,19 +302,13 @@ func restoreStore(r io.Reader) (*StateStore, error) {
 // (such snapshots kept the finished evals of deregistered volumes) is
 // dropped: it has no row to live in and nothing to do.
 func restoreEval(tx *memdb.Txn, held *structs.Volume, e *structs.Eval) error {
-	if err := tx.Insert(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: e.VolumeID}); err != nil {
-		return err
-	}
 	if held != nil && held.ID == e.VolumeID {
 		held.Evals = addEvalSorted(held.Evals, e)
 		return nil
 	}
 	raw, err := tx.First(TableVolumes, indexID, e.VolumeID)
-	if err != nil {
+	if err != nil || raw == nil {
 		return err
-	}
-	if raw == nil {
-		return tx.Delete(TableEvalIDs, &evalRef{ID: e.ID, VolumeID: e.VolumeID})
 	}
 	v := *raw.(*structs.Volume)
 	v.Evals = addEvalSorted(v.Evals, e)

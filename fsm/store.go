@@ -152,21 +152,6 @@ func (tx *txn) put(table string, obj any) {
 	tx.touched[table] = true
 }
 
-// putLookup and removeLookup write a lookup table's rows (TableEvalIDs):
-// derived from other rows, never watched, so no index-table row records
-// them, and the snapshot (which does not hold them) stays the same.
-func (tx *txn) putLookup(table string, obj any) {
-	if err := tx.Insert(table, obj); err != nil {
-		panic(fmt.Sprintf("fsm: insert into %s: %v", table, err))
-	}
-}
-
-func (tx *txn) removeLookup(table string, obj any) {
-	if err := tx.Delete(table, obj); err != nil {
-		panic(fmt.Sprintf("fsm: delete from %s: %v", table, err))
-	}
-}
-
 // remove deletes a row that exists.
 func (tx *txn) remove(table string, obj any) {
 	if err := tx.Delete(table, obj); err != nil {

@@ -25,20 +25,32 @@ func getAlloc(tx *txn, id string) *structs.Alloc {
 	return a
 }
 
-// getEval returns an eval and the volume that holds it, or nil, nil.
-func getEval(tx *txn, id string) (*structs.Eval, *structs.Volume) {
-	ref, _ := tx.get(TableEvalIDs, indexID, id).(*evalRef)
-	if ref == nil {
-		return nil, nil
+// getEval returns an eval and the volume that holds it, or nil, nil. With
+// volumeID it reads that volume's row; without (an entry written before
+// EvalCompleteRequest named the volume, or an upsert) it searches every
+// volume: evals have no index of their own (decision 41).
+func getEval(tx *txn, id, volumeID string) (*structs.Eval, *structs.Volume) {
+	if volumeID != "" {
+		v := getVolume(tx, volumeID)
+		if v == nil {
+			return nil, nil
+		}
+		return findEval(v, id), v
 	}
-	v := getVolume(tx, ref.VolumeID)
-	if v == nil {
-		return nil, nil
-	}
-	for _, e := range v.Evals {
-		if e.ID == id {
+	for _, raw := range tx.all(TableVolumes, indexID) {
+		v := raw.(*structs.Volume)
+		if e := findEval(v, id); e != nil {
 			return e, v
 		}
 	}
 	return nil, nil
+}
+
+func findEval(v *structs.Volume, id string) *structs.Eval {
+	for _, e := range v.Evals {
+		if e.ID == id {
+			return e
+		}
+	}
+	return nil
 }

@@ -102,8 +102,9 @@ func DeriveEvalID(index uint64, volumeID string) string {
 }
 
 // EvalUpsertRequest creates or updates evals. An eval for a volume that
-// does not exist, or has no past claims left, is stored already complete:
-// there is nothing for it to do.
+// has no past claims left is stored already complete: there is nothing for
+// it to do; one for a volume that does not exist is not stored (an eval
+// lives in its volume's row).
 type EvalUpsertRequest struct {
 	Evals []*Eval
 	WriteRequest
@@ -114,7 +115,12 @@ type EvalUpsertRequest struct {
 // permanent-error exit and is always accepted, with the reason in
 // StatusDescription.
 type EvalCompleteRequest struct {
-	EvalID            string
+	EvalID string
+	// VolumeID is the eval's volume, when the sender knows it (the
+	// release watcher always does): the state machine then reads the eval
+	// from that volume's row instead of searching every volume, which an
+	// entry written before the field existed still gets.
+	VolumeID          string
 	Status            EvalStatus
 	StatusDescription string
 	WriteRequest

@@ -339,7 +339,7 @@ func (w *Watcher) completeEvals(volID string, status structs.EvalStatus, desc st
 		if e.Status != structs.EvalStatusPending {
 			continue
 		}
-		req := &structs.EvalCompleteRequest{EvalID: e.ID, Status: status, StatusDescription: desc}
+		req := &structs.EvalCompleteRequest{EvalID: e.ID, VolumeID: volID, Status: status, StatusDescription: desc}
 		if _, _, err := w.apply.Apply(structs.EvalCompleteRequestType, req); err != nil {
 			return err
 		}
