@@ -560,7 +560,7 @@ func (s *scaleRun) takeover(ctx context.Context) *Takeover {
 			v, _, err := reader.Volume(cctx, probeVol, structs.QueryOptions{})
 			return err == nil && v != nil && len(v.WriteClaims)+len(v.PastClaims) == 0
 		}); err != nil {
-			fail("the released claim was not freed", err)
+			fail("the released claim was not freed", fmt.Errorf("%w (%s)", err, releaseState(reader, probeVol, probeAlloc)))
 			return
 		}
 		mu.Lock()
@@ -671,4 +671,31 @@ func pollUntil(ctx context.Context, interval time.Duration, ok func() bool) erro
 			return err
 		}
 	}
+}
+
+// releaseState says where a release that did not finish stands: the past
+// claim's state and the leader's retry record for the volume (attempts,
+// last error, next try), so a slow takeover run explains itself.
+func releaseState(c *api.Client, volID, allocID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var parts []string
+	if v, _, err := c.Volume(ctx, volID, structs.QueryOptions{}); err != nil {
+		parts = append(parts, "volume: "+err.Error())
+	} else if v != nil {
+		if pc := v.PastClaims[allocID]; pc != nil {
+			parts = append(parts, fmt.Sprintf("past claim in state %s on node %s", pc.State, pc.NodeID))
+		} else if v.WriteClaims[allocID] != nil {
+			parts = append(parts, "still a live claim")
+		}
+	}
+	if st, err := c.ReleaseStatus(ctx); err != nil {
+		parts = append(parts, "release status: "+err.Error())
+	} else if r, ok := st[volID]; ok {
+		parts = append(parts, fmt.Sprintf("leader: %d attempts, last error %q, next try in %s",
+			r.Attempts, r.LastError, time.Until(r.NextTry).Round(time.Millisecond)))
+	} else {
+		parts = append(parts, "leader: no release under way for the volume")
+	}
+	return strings.Join(parts, "; ")
 }

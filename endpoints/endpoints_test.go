@@ -61,6 +61,7 @@ func (c *fakeCluster) LeaderContact() (bool, time.Duration) { return true, 0 }
 func (c *fakeCluster) ServerAddrs() []string                { return []string{"127.0.0.1:4647"} }
 func (c *fakeCluster) RaftMemberHost(string) bool           { return false }
 func (c *fakeCluster) ServerName(string) string             { return "" }
+func (c *fakeCluster) ServerVersion(string) string          { return "" }
 func (c *fakeCluster) Hello(*structs.HelloRequest) *structs.HelloResponse {
 	return &structs.HelloResponse{}
 }

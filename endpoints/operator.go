@@ -38,6 +38,7 @@ func (o *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *str
 		reply.Servers = append(reply.Servers, structs.RaftServer{
 			ID:      string(s.ID),
 			Node:    o.srv.ServerName(string(s.ID)),
+			Version: o.srv.ServerVersion(string(s.ID)),
 			Address: string(s.Address),
 			Leader:  s.ID == leaderID,
 			Voter:   s.Suffrage == raft.Voter,

@@ -69,6 +69,10 @@ type Cluster interface {
 	RaftMemberHost(remote string) bool
 	// ServerName maps a Raft server ID to its node name ("" if unknown).
 	ServerName(id string) string
+	// ServerVersion is a Raft server's claimd build as this server last
+	// heard it ("" if unknown; a leader asks every server every few
+	// seconds).
+	ServerVersion(id string) string
 	// Hello records a peer's identity for bootstrap-expect and answers
 	// with what this server knows.
 	Hello(req *structs.HelloRequest) *structs.HelloResponse

@@ -3,13 +3,13 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/version"
 )
 
 // DefaultMaxApplyLag is how many committed entries a healthy server may
@@ -164,36 +164,5 @@ func (s *Server) agentSelf(w http.ResponseWriter, r *http.Request) (any, error) 
 	return self, nil
 }
 
-// Version is the binary's module version and VCS revision, as the Go
-// toolchain recorded them.
-func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	if v != "(devel)" {
-		return v
-	}
-	var rev, dirty string
-	for _, st := range bi.Settings {
-		switch st.Key {
-		case "vcs.revision":
-			rev = st.Value
-		case "vcs.modified":
-			if st.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if rev != "" {
-		return v + " " + rev + dirty
-	}
-	return v
-}
+// Version is this binary's version and commit (package version).
+func Version() string { return version.Short() }

@@ -20,6 +20,7 @@ import (
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/telemetry"
+	"github.com/claimd/claimd/version"
 )
 
 // promView is one scrape of the Prometheus view, parsed by the Prometheus
@@ -102,6 +103,11 @@ func TestMetrics_PrometheusViewMovesWithClaimsReleasesAndRaft(t *testing.T) {
 		}
 	}
 	before := scrapeProm(t, tel)
+	// Which build this agent runs, for watching a rolling upgrade.
+	v := version.Get()
+	if n, ok := before.value("claimd_build_info", map[string]string{"version": v.Version, "commit": v.Commit, "go_version": v.GoVersion}); !ok || n != 1 {
+		t.Fatalf("claimd_build_info exp: 1 with this build's labels got: %v (found %v)", n, ok)
+	}
 
 	// Registered through a follower: forwarded to the leader.
 	if _, err := follower.Client().RegisterVolumes(harness.Ctx(t, 30*time.Second), testVolume("mv1")); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
+	"github.com/claimd/claimd/version"
 )
 
 // Autopilot at test pace: stats every 250 ms, a removal round every
@@ -95,8 +96,22 @@ func TestRaftHealth_StoppedFollowerTurnsUnhealthyWithGrowingLastContact(t *testi
 		if !s.Voter || s.Status != structs.RaftServerAlive || s.Name == "" || s.LastTerm == 0 {
 			t.Errorf("server %s exp: voter, alive, named, with a term got: %+v", s.ID, s)
 		}
+		// Each server's build, as it answered the leader (issue 29: a
+		// rolling upgrade is watched here and in list-peers).
+		if s.Version != version.Short() {
+			t.Errorf("server %s exp: version %q got: %q", s.ID, version.Short(), s.Version)
+		}
 	}
-	_, err := leader.ClientWithToken("").RaftHealth(harness.Ctx(t, 15*time.Second))
+	conf, err := leader.Client().RaftConfiguration(harness.Ctx(t, 15*time.Second), false)
+	if err != nil || len(conf.Servers) != 3 {
+		t.Fatalf("list peers exp: 3 servers got: %+v, %v", conf, err)
+	}
+	for _, s := range conf.Servers {
+		if s.Version != version.Short() {
+			t.Errorf("list-peers %s exp: version %q got: %q", s.ID, version.Short(), s.Version)
+		}
+	}
+	_, err = leader.ClientWithToken("").RaftHealth(harness.Ctx(t, 15*time.Second))
 	if !errors.Is(err, structs.ErrPermissionDenied) {
 		t.Fatalf("raft health without operator:read exp: permission_denied got: %v", err)
 	}

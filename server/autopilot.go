@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimd/claimd/endpoints"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/version"
 )
 
 // AutopilotConfig tunes the leader's Raft health checks and dead-server
@@ -102,6 +103,8 @@ type peerWatch struct {
 	contactAt  time.Time
 	// failed: reported failed last time (for logging the changes).
 	failed bool
+	// version: the server's build, from its last answer.
+	version string
 	// member: in the configuration last time KnownServers looked. A server
 	// removed and added again (it came back and joined) is watched afresh:
 	// its old silence must not get it removed again at once.
@@ -227,13 +230,29 @@ func (d *autopilotDuty) KnownServers() map[raft.ServerID]*autopilot.Server {
 }
 
 func (d *autopilotDuty) autopilotServer(id raft.ServerID, addr raft.ServerAddress, status autopilot.NodeStatus) *autopilot.Server {
+	v := version.Short()
+	if w := d.peers[id]; string(id) != d.s.id && w != nil {
+		v = w.version
+	} else if string(id) != d.s.id {
+		v = ""
+	}
 	return &autopilot.Server{
-		ID: id, Name: d.s.ServerName(string(id)), Address: addr, NodeStatus: status,
+		ID: id, Name: d.s.ServerName(string(id)), Address: addr, NodeStatus: status, Version: v,
 		RaftVersion: raft.ProtocolVersionMax, IsLeader: string(id) == d.s.id,
 		// Every claimd server is meant to vote (autopilot counts only
 		// potential voters when it decides how many it may remove).
 		NodeType: autopilot.NodeVoter,
 	}
+}
+
+// versionOf is a server's build from its last answer ("" if none).
+func (d *autopilotDuty) versionOf(id raft.ServerID) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.peers[id]; w != nil {
+		return w.version
+	}
+	return ""
 }
 
 // watch returns the server's record, creating it the first time this
@@ -302,6 +321,7 @@ func (d *autopilotDuty) FetchServerStats(ctx context.Context, servers map[raft.S
 			continue
 		}
 		w.answeredAt = a.at
+		w.version = a.stats.Version
 		w.stats = autopilot.ServerStats{LastContact: a.stats.LastContact, LastTerm: a.stats.LastTerm, LastIndex: a.stats.LastIndex}
 		if a.stats.LastContact >= 0 {
 			w.contactAt = a.at.Add(-a.stats.LastContact)
@@ -420,7 +440,7 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 	}
 	for id, srv := range st.Servers {
 		h := structs.RaftServerHealth{
-			ID: string(id), Name: srv.Server.Name, Address: string(srv.Server.Address),
+			ID: string(id), Name: srv.Server.Name, Address: string(srv.Server.Address), Version: d.s.ServerVersion(string(id)),
 			Leader: srv.State == autopilot.RaftLeader, Voter: srv.HasVotingRights(),
 			Status: structs.RaftServerAlive, Healthy: srv.Health.Healthy, StableSince: srv.Health.StableSince,
 			LastContact: structs.HumanDuration(srv.Stats.LastContact), LastTerm: srv.Stats.LastTerm, LastIndex: srv.Stats.LastIndex,

@@ -25,6 +25,7 @@ import (
 	"github.com/claimd/claimd/reconcile"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/version"
 	"github.com/claimd/claimd/watcher"
 )
 
@@ -428,6 +429,15 @@ func (s *Server) Hello(req *structs.HelloRequest) *structs.HelloResponse {
 
 // ServerName implements endpoints.Cluster.
 func (s *Server) ServerName(id string) string { return s.boot.name(id) }
+
+// ServerVersion is a Raft server's build: this server's own, or the one
+// another server gave in its last answer to this leader's health checks.
+func (s *Server) ServerVersion(id string) string {
+	if id == s.id {
+		return version.Short()
+	}
+	return s.autopilot.versionOf(raft.ServerID(id))
+}
 
 // NodeRouter delivers calls to client nodes (tests inspect its sessions).
 func (s *Server) NodeRouter() *forward.NodeRouter { return s.nodes }

@@ -18,6 +18,9 @@ type RaftStats struct {
 	LastTerm  uint64
 	// AppliedIndex is the newest entry its state machine applied.
 	AppliedIndex uint64
+	// Version is the server's claimd build (version.Short); empty from a
+	// server older than the field.
+	Version string
 }
 
 // What the leader knows of a server's liveness (RaftServerHealth.Status).
@@ -38,6 +41,9 @@ type RaftServerHealth struct {
 	Address string `json:"address"`
 	Leader  bool   `json:"leader"`
 	Voter   bool   `json:"voter"`
+	// Version is the server's claimd build as it last answered the leader
+	// (empty: not yet, or a server older than the field).
+	Version string `json:"version,omitempty"`
 	// Status is RaftServerAlive or RaftServerFailed.
 	Status string `json:"status"`
 	// Healthy: alive, in contact with the leader within the threshold, on

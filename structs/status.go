@@ -38,6 +38,10 @@ type RaftServer struct {
 	Address string
 	Leader  bool
 	Voter   bool
+	// Version is the server's claimd build, as the answering server last
+	// heard it (the leader asks every server every few seconds); empty
+	// when unknown.
+	Version string
 }
 
 // RaftConfigurationResponse lists the Raft members.

@@ -10,6 +10,8 @@ import (
 	prometheussink "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/claimd/claimd/version"
 )
 
 // DefaultServiceName prefixes every key when Config.ServiceName is empty.
@@ -71,6 +73,14 @@ func Setup(cfg Config) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus sink: %w", err)
 	}
+	// claimd_build_info{version, commit, go_version} 1: which build each
+	// agent runs, so a rolling upgrade can be watched from the scrapes.
+	v := version.Get()
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        cfg.ServiceName + "_build_info",
+		Help:        "Always 1; the labels say which claimd build this agent runs.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "go_version": v.GoVersion},
+	}, func() float64 { return 1 }))
 	routed, err := newHistogramRouter(promSink, registry, cfg.ServiceName)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: histograms: %w", err)

@@ -91,6 +91,7 @@ var commands = []command{
 			{name: "delete", usage: "delete an ACL token by accessor ID", run: runACLTokenDelete},
 		}},
 	}},
+	{name: "version", usage: "print the version, the git commit and the Go version (also -version)", run: runVersion},
 	{name: "tls", sub: []command{
 		{name: "ca", sub: []command{
 			{name: "create", usage: "create a CA for agent and CLI certificates", run: runTLSCACreate},
@@ -106,6 +107,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-version" || args[0] == "--version") {
+		return runVersion(nil, stdout, stderr)
+	}
 	if c, rest := lookup(commands, args); c != nil {
 		return c.run(rest, stdout, stderr)
 	}

@@ -18,9 +18,9 @@ func runListPeers(args []string, stdout, stderr io.Writer) int {
 			return x.fail("list peers: %v", err)
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
+		fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter\tVersion")
 		for _, s := range conf.Servers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", orDash(s.Node), s.ID, s.Address, raftState(s.Leader), s.Voter)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\n", orDash(s.Node), s.ID, s.Address, raftState(s.Leader), s.Voter, orDash(s.Version))
 		}
 		tw.Flush()
 		return 0

@@ -267,10 +267,10 @@ pages.cluster = {
       out.append(h("p", {}, "Raft: ", raft.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad"),
         " failure tolerance ", String(raft.failure_tolerance), "; leader ",
         (raft.servers.find((s) => s.leader) || {}).name || "none"));
-      out.append(table("Servers", ["Name", "Role", "Address", "Status", "Last contact", "Index lag", "Healthy"],
+      out.append(table("Servers", ["Name", "Role", "Address", "Version", "Status", "Last contact", "Index lag", "Healthy"],
         raft.servers.map((s) => h("tr", { "data-server": s.id },
           h("td", {}, s.name), h("td", {}, s.leader ? badge("leader", "ok") : s.voter ? "follower" : "non-voter"),
-          h("td", {}, s.address), h("td", {}, s.status), h("td", {}, s.last_contact),
+          h("td", {}, s.address), h("td", {}, s.version || "unknown"), h("td", {}, s.status), h("td", {}, s.last_contact),
           h("td", {}, String(s.index_lag)), h("td", {}, s.healthy ? badge("yes", "ok") : badge("no", "bad"))))));
     }
     const agent = h("section", { "aria-labelledby": "h-agent" }, h("h2", { id: "h-agent" }, "This agent"));
