@@ -75,6 +75,18 @@ func TestRelease_ArchiveIsStampedStaticAndReproducible(t *testing.T) {
 			t.Errorf("archive exp: %s/%s got: %v", name, f, files)
 		}
 	}
+	// The units parse as systemd reads them (where systemd-analyze is
+	// installed; it cannot find the binary they name here, and only that
+	// is let pass).
+	if _, err := exec.LookPath("systemd-analyze"); err == nil {
+		units, _ := filepath.Glob(filepath.Join(dir, name, "systemd", "*.service"))
+		b, _ := exec.Command("systemd-analyze", append([]string{"verify"}, units...)...).CombinedOutput()
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if line != "" && !strings.Contains(line, "/usr/local/bin/claimd is not executable") {
+				t.Errorf("systemd-analyze verify exp: no complaint but the missing binary got: %s", line)
+			}
+		}
+	}
 	bin := filepath.Join(dir, name, "claimd")
 	if ef, err := elf.Open(bin); err != nil {
 		t.Fatalf("binary exp: ELF got: %v", err)
