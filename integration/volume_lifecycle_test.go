@@ -686,3 +686,84 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	}
 	expectNodeExpansion(t, e, "grow", 7<<20)
 }
+
+// Volume specs in HCL with sizes (issue 29), through the real binary:
+// `volume init` writes examples, `volume create` and `volume register`
+// take HCL with "2MiB"-style sizes, and a mistake is refused naming the
+// file, line and key, with nothing registered.
+func TestVolumeLifecycle_HCLSpecsWithSizes(t *testing.T) {
+	e := newCreateEnv(t)
+	pki := e.c.PKI()
+	flags := []string{"-address", e.c.Followers()[0].Addr, "-ca-cert", pki.CAFile,
+		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
+		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	cli := func(verb []string, args ...string) harness.CLIResult {
+		return harness.RunCLI(t, append(append(verb, flags...), args...)...)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	// volume init: the example exists afterwards and is never overwritten.
+	example := filepath.Join(dir, "example.hcl")
+	if r := harness.RunCLI(t, "volume", "init", "-type", "create", example); r.Code != 0 || !strings.Contains(r.Stdout, "claimd volume create "+example) {
+		t.Fatalf("volume init exp: exit 0 naming the next command got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := harness.RunCLI(t, "volume", "init", example); r.Code != 1 || !strings.Contains(r.Stderr, "not overwriting") {
+		t.Fatalf("volume init over a file exp: refused got: %d %s", r.Code, r.Stderr)
+	}
+
+	create := write("create.hcl", `
+id           = "hcl-data"
+plugin_id    = "hostdir"
+capacity_min = "2MiB"
+capacity_max = "4MiB"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+parameters {
+  tier = "fast"
+}
+`)
+	if r := cli([]string{"volume", "create"}, create); r.Code != 0 || !strings.Contains(r.Stdout, "hcl-data") {
+		t.Fatalf("volume create from HCL exp: exit 0 got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	v, _, err := e.api.Volume(harness.Ctx(t, 30*time.Second), "hcl-data", structs.QueryOptions{})
+	if err != nil || v == nil || v.Capacity < 2<<20 || v.Capacity > 4<<20 || v.Parameters["tier"] != "fast" ||
+		v.AccessMode != structs.AccessModeSingleNodeWriter {
+		t.Fatalf("created volume exp: 2-4 MiB, tier fast, single-node-writer got: %+v (%v)", v, err)
+	}
+
+	register := write("register.hcl", `
+id          = "hcl-reg"
+external_id = "hcl-reg"
+plugin_id   = "hostdir"
+capacity    = "1MiB"
+node_lost   = "fence"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+`)
+	if r := cli([]string{"volume", "register"}, register); r.Code != 0 || !strings.Contains(r.Stdout, `Volume "hcl-reg" registered`) {
+		t.Fatalf("volume register from HCL exp: exit 0 got: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	v, _, err = e.api.Volume(harness.Ctx(t, 30*time.Second), "hcl-reg", structs.QueryOptions{})
+	if err != nil || v == nil || v.Capacity != 1<<20 || v.NodeLost != structs.NodeLostFence {
+		t.Fatalf("registered volume exp: 1 MiB, fence got: %+v (%v)", v, err)
+	}
+
+	bad := write("bad.hcl", "id          = \"hcl-bad\"\nexternal_id = \"hcl-bad\"\nplugin_id   = \"hostdir\"\ncapacity    = \"1 gig\"\n")
+	if r := cli([]string{"volume", "register"}, bad); r.Code != 1 || !strings.Contains(r.Stderr, bad+":4: capacity:") {
+		t.Fatalf("bad size exp: exit 1 naming file, line 4 and capacity got: %d %s", r.Code, r.Stderr)
+	}
+	if v, _, err := e.api.Volume(harness.Ctx(t, 30*time.Second), "hcl-bad", structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
+		t.Fatalf("refused spec exp: nothing registered (not found) got: %+v (%v)", v, err)
+	}
+}

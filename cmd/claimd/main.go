@@ -41,10 +41,11 @@ var commands = []command{
 		}},
 	}},
 	{name: "volume", sub: []command{
-		{name: "register", usage: "register or update a volume from a JSON spec", run: runVolumeRegister},
+		{name: "init", usage: "write a commented example volume spec (-type register|create, HCL or -json)", run: runVolumeInit},
+		{name: "register", usage: "register or update a volume from a spec (HCL or JSON)", run: runVolumeRegister},
 		{name: "status", usage: "show volumes, or one volume", run: runVolumeStatus},
 		{name: "deregister", usage: "remove a volume", run: runVolumeDeregister},
-		{name: "create", usage: "create a volume through its controller plugin from a JSON spec", run: runVolumeCreate},
+		{name: "create", usage: "create a volume through its controller plugin from a spec (HCL or JSON)", run: runVolumeCreate},
 		{name: "delete", usage: "delete an unclaimed volume through its controller plugin", run: runVolumeDelete},
 		{name: "detach", usage: "release a node's claims on a volume now (-force: node gone for good)", run: runVolumeDetach},
 		{name: "expand", usage: "grow a volume to -capacity through its plugin, on the controller and the nodes using it", run: runVolumeExpand},

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,28 +13,26 @@ import (
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/volspec"
 )
 
-// readVolumeSpec decodes one volume (or a JSON array of volumes) strictly:
-// an unknown field is an error that names it, not a silent no-op.
+// readVolumeSpec reads a register spec, HCL or JSON (package volspec): one
+// volume, or a JSON array of volumes. An unknown key is an error that
+// names it, not a silent no-op.
 func readVolumeSpec(path string) ([]*structs.Volume, error) {
-	trimmed, err := readSpecFile(path)
+	data, err := readSpecFile(path)
 	if err != nil {
 		return nil, err
 	}
-	dec := strictJSON(trimmed)
-	var vols []*structs.Volume
-	if len(trimmed) > 0 && trimmed[0] == '[' {
-		err = dec.Decode(&vols)
-	} else {
-		var v structs.Volume
-		err = dec.Decode(&v)
-		vols = []*structs.Volume{&v}
+	return volspec.ReadRegister(specName(path), data)
+}
+
+// specName is the name a spec's errors give: the file, or "stdin".
+func specName(path string) string {
+	if path == "-" {
+		return "stdin"
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	return vols, nil
+	return path
 }
 
 // readSpecFile reads a spec file, or standard input for "-", without
@@ -51,19 +48,12 @@ func readSpecFile(path string) ([]byte, error) {
 	return bytes.TrimSpace(data), err
 }
 
-// strictJSON decodes a spec refusing unknown fields, naming them.
-func strictJSON(data []byte) *json.Decoder {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	return dec
-}
-
 func runVolumeRegister(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("volume register", stdout, stderr)
 	var vols []*structs.Volume
 	check := func(pos []string) (err error) {
 		if len(pos) != 1 {
-			return errors.New("usage: claimd volume register [flags] FILE (a JSON volume spec, or - for stdin)")
+			return errors.New("usage: claimd volume register [flags] FILE (a volume spec in HCL or JSON, or - for stdin; `claimd volume init` writes an example)")
 		}
 		vols, err = readVolumeSpec(pos[0])
 		return err

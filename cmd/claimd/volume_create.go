@@ -8,20 +8,17 @@ import (
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/volspec"
 )
 
-// readCreateSpec decodes one volume create spec strictly: an unknown field
-// is an error that names it.
+// readCreateSpec reads one volume create spec, JSON or HCL (package
+// volspec): an unknown key or a bad size is an error that names it.
 func readCreateSpec(path string) (*structs.VolumeCreateSpec, error) {
 	data, err := readSpecFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var spec structs.VolumeCreateSpec
-	if err := strictJSON(data).Decode(&spec); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	return &spec, nil
+	return volspec.ReadCreate(specName(path), data)
 }
 
 func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
@@ -29,7 +26,7 @@ func runVolumeCreate(args []string, stdout, stderr io.Writer) int {
 	var spec *structs.VolumeCreateSpec
 	check := func(pos []string) (err error) {
 		if len(pos) != 1 {
-			return errors.New("usage: claimd volume create [flags] FILE (a JSON volume create spec, or - for stdin)")
+			return errors.New("usage: claimd volume create [flags] FILE (a volume create spec in HCL or JSON, or - for stdin; `claimd volume init -type create` writes an example)")
 		}
 		if spec, err = readCreateSpec(pos[0]); err != nil {
 			return err

@@ -6,13 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/volspec"
 )
 
 // parseInterspersed parses flags that may come before, between or after
@@ -33,38 +32,6 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
-}
-
-// sizeUnits are the suffixes parseSize accepts, longest first so "GiB"
-// is not read as "B".
-var sizeUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
-}
-
-// parseSize reads a size in bytes: a plain number, or one with a unit
-// (KiB, MiB, GiB, TiB in powers of 1024, KB, MB, GB, TB in powers of 1000;
-// K, M, G, T are the binary ones).
-func parseSize(s string) (int64, error) {
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range sizeUnits {
-		if n, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, mult = strings.TrimSpace(n), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a positive size (bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB or TB)", s)
-	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * mult, nil
 }
 
 func runSnapshotCreate(args []string, stdout, stderr io.Writer) int {
@@ -137,7 +104,7 @@ func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
 		if len(pos) != 1 || *capText == "" {
 			return errors.New("usage: claimd volume expand [flags] VOLUME -capacity SIZE")
 		}
-		if capacity, err = parseSize(*capText); err != nil {
+		if capacity, err = volspec.ParseSize(*capText); err != nil {
 			return fmt.Errorf("capacity: %v", err)
 		}
 		return nil
