@@ -92,6 +92,7 @@ var commands = []command{
 			{name: "delete", usage: "delete an ACL token by accessor ID", run: runACLTokenDelete},
 		}},
 	}},
+	{name: "completion", usage: "print a bash or zsh completion script (claimd completion bash|zsh)", run: runCompletion},
 	{name: "version", usage: "print the version, the git commit and the Go version (also -version)", run: runVersion},
 	{name: "tls", sub: []command{
 		{name: "ca", sub: []command{
