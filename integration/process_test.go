@@ -36,10 +36,11 @@ func peersTable(t *testing.T, addr string, stale bool) ([][]string, error) {
 	return rows, nil
 }
 
-// leaderRow returns the address of the leader in a list-peers table.
+// leaderRow returns the address of the leader in a list-peers table
+// (Node ID Address State Voter Version; a version may hold spaces).
 func leaderRow(rows [][]string) string {
 	for _, r := range rows {
-		if len(r) == 5 && r[3] == "leader" {
+		if len(r) >= 6 && r[3] == "leader" {
 			return r[2]
 		}
 	}
