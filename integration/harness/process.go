@@ -59,6 +59,8 @@ func moduleRoot() (string, error) {
 type Process struct {
 	Name string
 	Args []string
+	// bin is the claimd binary it runs (Binary when empty).
+	bin  string
 	cmd  *exec.Cmd
 	log  *lockedBuffer
 	done chan struct{}
@@ -90,10 +92,17 @@ func (l *lockedBuffer) String() string {
 // by the first of several agents on this machine.
 func StartProcess(t testing.TB, name string, args ...string) *Process {
 	t.Helper()
+	return StartProcessWith(t, "", name, args...)
+}
+
+// StartProcessWith is StartProcess with another claimd binary (an earlier
+// build, for upgrade tests); "" is this build.
+func StartProcessWith(t testing.TB, bin, name string, args ...string) *Process {
+	t.Helper()
 	if len(args) > 0 && args[0] == "agent" && !slices.Contains(args, "-http-addr") && !slices.Contains(args, "-config") {
 		args = append(args, "-http-addr", FreeAddr(t))
 	}
-	p := &Process{Name: name, Args: args, t: t}
+	p := &Process{Name: name, Args: args, bin: bin, t: t}
 	p.start()
 	t.Cleanup(func() {
 		p.Kill()
@@ -105,7 +114,11 @@ func StartProcess(t testing.TB, name string, args ...string) *Process {
 }
 
 func (p *Process) start() {
-	p.cmd = exec.Command(Binary(p.t), p.Args...)
+	bin := p.bin
+	if bin == "" {
+		bin = Binary(p.t)
+	}
+	p.cmd = exec.Command(bin, p.Args...)
 	p.log = &lockedBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.done = make(chan struct{})
@@ -147,6 +160,17 @@ func (p *Process) Signal(sig syscall.Signal, timeout time.Duration) error {
 func (p *Process) Restart() {
 	p.Kill()
 	p.start()
+}
+
+// Replace stops the process with SIGTERM (an operator's stop: SIGKILL
+// after timeout) and starts bin ("" for this build) with the same
+// arguments: one step of a rolling upgrade.
+func (p *Process) Replace(bin string, timeout time.Duration) error {
+	err := p.Signal(syscall.SIGTERM, timeout)
+	p.Kill()
+	p.bin = bin
+	p.start()
+	return err
 }
 
 // Exited reports whether the process has ended.

@@ -1,0 +1,361 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
+)
+
+// upgradeFrom is the earlier build the rolling upgrade starts from: the
+// last commit before a volume's evals moved into its row (decision 41), so
+// the upgrade crosses a change of the state machine's storage, the
+// snapshot's record order and a new field of a log entry.
+const upgradeFrom = "55ad4e419b23b39ee90440c0a55a97338e61aa5e"
+
+// buildAt builds cmd/claimd as git holds it at commit, or skips the test
+// when this checkout does not have that commit (a shallow clone).
+func buildAt(t *testing.T, commit string) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in this checkout (%v): the upgrade test needs the project's history", commit[:12], err)
+	}
+	src := t.TempDir()
+	// git archive | tar -x, through a shell: the source exactly as
+	// committed, without this checkout's changes or build outputs.
+	unpack := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, commit, src)
+	if out, err := unpack.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", commit[:12], err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "claimd-"+commit[:12])
+	build := exec.Command("go", "build", "-o", bin, "./cmd/claimd")
+	build.Dir = src
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", commit[:12], err, out)
+	}
+	return bin
+}
+
+// TestUpgrade_RollingFromEarlierBuild (issue 29): a secured three-server
+// cluster and a client agent of an earlier build run a claim workload
+// (allocations placed and stopped, each claim mounted and released by the
+// real agent and plugin) while the servers are replaced one at a time with
+// this build, followers first and the leader last, and then the agent. No
+// acknowledged placement or stop is lost, every stopped allocation's claim
+// is freed and every running one holds its claim, and the Raft term rises
+// at most once per replaced server.
+func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	old := buildAt(t, upgradeFrom)
+	dir := t.TempDir()
+
+	pkiDir := filepath.Join(dir, "pki")
+	if err := os.Mkdir(pkiDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tlsCLI := func(args ...string) {
+		cmd := exec.Command(old, args...)
+		cmd.Dir = pkiDir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("claimd %v: %v\n%s", args, err, out)
+		}
+	}
+	tlsCLI("tls", "ca", "create")
+	for range 3 {
+		tlsCLI("tls", "cert", "create", "-server", "-additional-ipaddress", "127.0.0.1")
+	}
+	tlsCLI("tls", "cert", "create", "-client")
+	tlsCLI("tls", "cert", "create", "-cli")
+	pki := func(f string) string { return filepath.Join(pkiDir, f) }
+	ca := pki("claimd-agent-ca.pem")
+
+	addrs := []string{harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t)}
+	servers := map[string]*harness.Process{}
+	for i, suffix := range []string{"", "-1", "-2"} {
+		var join []string
+		for j, a := range addrs {
+			if j != i {
+				join = append(join, a)
+			}
+		}
+		name := fmt.Sprintf("s%d", i+1)
+		servers[addrs[i]] = harness.StartProcessWith(t, old, name, "agent", "-server", "-bootstrap-expect", "3",
+			"-data-dir", filepath.Join(dir, name), "-bind", addrs[i], "-join", strings.Join(join, ","),
+			"-node-name", name, "-raft-multiplier", "0.2",
+			"-tls-ca-file", ca, "-tls-cert-file", pki("global-server-claimd"+suffix+".pem"),
+			"-tls-key-file", pki("global-server-claimd"+suffix+"-key.pem"), "-acl-enabled")
+	}
+
+	tlsConf, err := tlsutil.ClientConfigFromFiles(ca, pki("global-cli-claimd.pem"), pki("global-cli-claimd-key.pem"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := api.NewClient(api.Config{Addresses: addrs, TLS: tlsConf, Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mgmtToken string
+	harness.WaitFor(t, 60*time.Second, func() error {
+		tok, err := anon.ACLBootstrap(harness.Ctx(t, 15*time.Second))
+		if err != nil {
+			return err
+		}
+		mgmtToken = tok.SecretID
+		return nil
+	})
+	c, err := api.NewClient(api.Config{Addresses: addrs, TLS: tlsConf, Token: mgmtToken, Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sockDir, err := os.MkdirTemp("", "claimd-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "hostdir.sock")
+	harness.StartProcessWith(t, old, "plugin", "csi-plugin", "hostdir", "-endpoint", "unix://"+sock,
+		"-root", filepath.Join(dir, "volumes"), "-node-id", "worker1", "-mode", "monolith", "-auto-create")
+	client := harness.StartProcessWith(t, old, "client", "agent", "-client", "-servers", strings.Join(addrs, ","),
+		"-data-dir", filepath.Join(dir, "client"), "-node-name", "worker1",
+		"-csi-plugin", "id=hostdir,type=monolith,socket="+sock,
+		"-tls-ca-file", ca, "-tls-cert-file", pki("global-client-claimd.pem"), "-tls-key-file", pki("global-client-claimd-key.pem"))
+
+	var nodeID string
+	harness.WaitFor(t, 60*time.Second, func() error {
+		nodes, _, err := c.Nodes(harness.Ctx(t, 15*time.Second), structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if len(nodes) != 1 || nodes[0].Status != structs.NodeStatusReady {
+			return fmt.Errorf("exp: worker1 ready got: %+v", nodes)
+		}
+		nodeID = nodes[0].ID
+		return nil
+	})
+	const nVols = 6
+	var vols []*structs.Volume
+	for i := range nVols {
+		id := fmt.Sprintf("up%d", i)
+		vols = append(vols, &structs.Volume{ID: id, ExternalID: id, PluginID: "hostdir",
+			AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem})
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		_, err := c.RegisterVolumes(harness.Ctx(t, 15*time.Second), vols...)
+		return err
+	})
+
+	term := func() uint64 {
+		var got uint64
+		harness.WaitFor(t, 60*time.Second, func() error {
+			h, err := c.RaftHealth(harness.Ctx(t, 15*time.Second))
+			if err != nil {
+				return err
+			}
+			if !h.Healthy || len(h.Servers) != 3 {
+				return fmt.Errorf("raft health exp: 3 healthy servers got: %+v", h)
+			}
+			got = h.Servers[0].LastTerm // the leader's, first
+			return nil
+		})
+		return got
+	}
+	startTerm := term()
+
+	// The workload: volume by volume, place an allocation, wait for it to
+	// run (the agent claimed and mounted), stop it, and go on; every call
+	// the servers acknowledged is recorded. Refusals while a server is
+	// away are retried; only acknowledged calls count.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	placed := map[string]bool{}  // acknowledged placements
+	stopped := map[string]bool{} // acknowledged stops
+	cycles := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; ctx.Err() == nil && n < 200; n++ {
+			id := fmt.Sprintf("a%03d", n)
+			vol := fmt.Sprintf("up%d", n%nVols)
+			call := func(f func(context.Context) error) bool {
+				for ctx.Err() == nil {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					err := f(cctx)
+					cancel()
+					if err == nil {
+						return true
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				return false
+			}
+			if !call(func(cctx context.Context) error {
+				_, err := c.PlaceAllocs(cctx, &structs.Alloc{ID: id, NodeID: nodeID,
+					Volumes: []*structs.AllocVolumeRequest{{VolumeID: vol}}})
+				return err
+			}) {
+				return
+			}
+			mu.Lock()
+			placed[id] = true
+			mu.Unlock()
+			// Running, or a claim refused while the volume's last release
+			// finishes: either way the allocation is stopped next.
+			deadline := time.Now().Add(20 * time.Second)
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				a, _, err := c.Alloc(cctx, id, structs.QueryOptions{})
+				cancel()
+				if err == nil && a != nil && (a.ClientStatus == structs.AllocClientRunning || a.ClientStatus == structs.AllocClientFailed) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !call(func(cctx context.Context) error { _, err := c.StopAllocs(cctx, id); return err }) {
+				return
+			}
+			mu.Lock()
+			stopped[id] = true
+			cycles++
+			mu.Unlock()
+		}
+	}()
+	waitCycles := func(n int) {
+		t.Helper()
+		mu.Lock()
+		target := cycles + n
+		mu.Unlock()
+		harness.WaitFor(t, 90*time.Second, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if cycles < target {
+				return fmt.Errorf("workload exp: %d cycles got: %d", target, cycles)
+			}
+			return nil
+		})
+	}
+	waitCycles(3)
+
+	// Replace the servers, followers first, the leader last.
+	leaderAddr := func() string {
+		var addr string
+		harness.WaitFor(t, 60*time.Second, func() error {
+			conf, err := c.RaftConfiguration(harness.Ctx(t, 15*time.Second), false)
+			if err != nil {
+				return err
+			}
+			for _, s := range conf.Servers {
+				if s.Leader {
+					addr = s.Address
+					return nil
+				}
+			}
+			return fmt.Errorf("no leader in %+v", conf.Servers)
+		})
+		return addr
+	}
+	leader := leaderAddr()
+	order := []string{}
+	for _, a := range addrs {
+		if a != leader {
+			order = append(order, a)
+		}
+	}
+	order = append(order, leader)
+	for _, a := range order {
+		if err := servers[a].Replace("", 30*time.Second); err != nil {
+			t.Logf("replacing %s: %v", servers[a].Name, err)
+		}
+		term() // healthy again, all three
+		waitCycles(2)
+	}
+	// Every server now reports this build.
+	conf, err := c.RaftConfiguration(harness.Ctx(t, 15*time.Second), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := harness.RunCLI(t, "version", "-json")
+	for _, s := range conf.Servers {
+		if s.Version == "" || !strings.Contains(self.Stdout, strings.Fields(s.Version)[0]) {
+			t.Errorf("server %s exp: this build's version got: %q (this build: %s)", s.Address, s.Version, self.Stdout)
+		}
+	}
+	endTerm := term()
+	if endTerm-startTerm > uint64(len(order)) {
+		t.Errorf("Raft term exp: at most one election per replaced server (%d) got: %d -> %d", len(order), startTerm, endTerm)
+	}
+
+	// Then the client agent.
+	if err := client.Replace("", 30*time.Second); err != nil {
+		t.Logf("replacing the client agent: %v", err)
+	}
+	waitCycles(3)
+	stop()
+	wg.Wait()
+
+	// Nothing acknowledged is lost, nothing is stuck: every placed
+	// allocation exists, and once the last one (placed when the workload
+	// stopped) is stopped too, every claim is freed.
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range placed {
+		if !stopped[id] {
+			harness.WaitFor(t, 30*time.Second, func() error {
+				_, err := c.StopAllocs(harness.Ctx(t, 10*time.Second), id)
+				return err
+			})
+			stopped[id] = true
+		}
+	}
+	if cycles < 12 {
+		t.Fatalf("workload exp: at least 12 cycles through the upgrade got: %d", cycles)
+	}
+	harness.WaitFor(t, 90*time.Second, func() error {
+		for id := range placed {
+			a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), id, structs.QueryOptions{})
+			if err != nil || a == nil {
+				return fmt.Errorf("acknowledged allocation %s exp: kept got: %v (%v)", id, a, err)
+			}
+			if stopped[id] && a.DesiredStatus != structs.AllocDesiredStop {
+				return fmt.Errorf("acknowledged stop of %s exp: kept got: desired %s", id, a.DesiredStatus)
+			}
+		}
+		for _, v := range vols {
+			got, _, err := c.Volume(harness.Ctx(t, 15*time.Second), v.ID, structs.QueryOptions{})
+			if err != nil {
+				return err
+			}
+			if all := got.AllClaims(); len(all) != 0 {
+				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s", v.ID, describeClaims(all))
+			}
+		}
+		return nil
+	})
+	t.Logf("%d claim cycles through the upgrade; Raft term %d -> %d", cycles, startTerm, endTerm)
+}
+
+func describeClaims(cs []*structs.Claim) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s of %s on %s (%s)", c.Mode, c.AllocID, c.NodeID, c.State))
+	}
+	return strings.Join(parts, ", ")
+}
