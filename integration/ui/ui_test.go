@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
+	"github.com/claimd/claimd/version"
 )
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "write the pages' screenshots to docs/ui/")
@@ -311,7 +313,14 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 
 	// The other pages render their data (and are the screenshots).
 	for _, p := range []struct{ hash, cond, name string }{
-		{"#/cluster", `document.querySelector("tr[data-server]") ? "" : "no server row"`, "cluster"},
+		{"#/cluster", `(() => {
+			// Each server's build, in its own column (issue 29).
+			const row = document.querySelector("tr[data-server]");
+			if (!row) return "no server row";
+			const cols = [...row.closest("table").querySelectorAll("th")].map((th) => th.textContent);
+			const i = cols.indexOf("Version");
+			return i >= 0 && row.children[i].textContent === ` + strconv.Quote(version.Short()) + ` ? "" : "version column: " + cols.join(",") + " | " + row.textContent;
+		})()`, "cluster"},
 		{"#/nodes", `document.querySelector("article[data-node]") && document.querySelector("tr[data-plugin=hostdir]") ? "" : "no node or plugin"`, "nodes"},
 		{"#/evals", `document.querySelector("tr[data-eval][data-status=complete]") ? "" : "no complete eval"`, "evals"},
 		{"#/allocs", `(() => {
