@@ -131,8 +131,8 @@ func TestRaftHealth_StoppedFollowerTurnsUnhealthyWithGrowingLastContact(t *testi
 		}
 		for _, s := range h.Servers {
 			switch {
-			case s.ID == victimID && (s.Healthy || s.LastContact <= h.LastContactThreshold || s.Status != structs.RaftServerAlive):
-				return fmt.Errorf("stopped follower exp: unhealthy, last contact > %s, still alive (not past the dead-server threshold) got: %+v",
+			case s.ID == victimID && (s.Healthy || s.LastContact <= h.LastContactThreshold || s.Status != structs.RaftServerUnreachable):
+				return fmt.Errorf("stopped follower exp: unhealthy, last contact > %s, unreachable (not yet failed: not past the dead-server threshold) got: %+v",
 					h.LastContactThreshold, s)
 			case s.ID != victimID && !s.Healthy:
 				return fmt.Errorf("running server %s exp: healthy got: %+v", s.ID, s)
@@ -152,19 +152,32 @@ func TestRaftHealth_StoppedFollowerTurnsUnhealthyWithGrowingLastContact(t *testi
 		}
 		return nil
 	})
+	// The CLI says so, and exits 2 for scripts that wait on it (issue 30).
+	r := harness.RunCLI(t, raftHealthCLI(c, leader)...)
+	if r.Code != 2 || !strings.Contains(r.Stdout, "Healthy: false") || !strings.Contains(r.Stdout, structs.RaftServerUnreachable) {
+		t.Fatalf("raft health with a follower down exp: exit 2, Healthy: false, the follower unreachable got: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := harness.RunCLI(t, append(raftHealthCLI(c, leader), "-json")...); r.Code != 2 || !strings.Contains(r.Stdout, `"healthy": false`) {
+		t.Fatalf("raft health -json with a follower down exp: exit 2 got: %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
 
 	victim.Start()
 	waitAllHealthy(t, leader, 3)
+}
+
+// raftHealthCLI is `claimd operator raft health` through via, secured.
+func raftHealthCLI(c *harness.Cluster, via *harness.TestServer) []string {
+	pki := c.PKI()
+	return []string{"operator", "raft", "health", "-address", via.Addr, "-ca-cert", pki.CAFile,
+		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
+		"-token", c.ManagementToken(), "-timeout", "20s"}
 }
 
 // checkRaftHealthCLI runs the real binary through a follower: the table
 // has a header and one row per server, leader first; -json has the API's
 // field names.
 func checkRaftHealthCLI(t *testing.T, c *harness.Cluster, via *harness.TestServer) {
-	pki := c.PKI()
-	args := []string{"operator", "raft", "health", "-address", via.Addr, "-ca-cert", pki.CAFile,
-		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
-		"-token", c.ManagementToken(), "-timeout", "20s"}
+	args := raftHealthCLI(c, via)
 	r := harness.RunCLI(t, args...)
 	if r.Code != 0 {
 		t.Fatalf("claimd operator raft health exp: exit 0 got: %d %s", r.Code, r.Stderr)
@@ -181,8 +194,9 @@ func checkRaftHealthCLI(t *testing.T, c *harness.Cluster, via *harness.TestServe
 		if i == 0 {
 			state = "leader"
 		}
-		if len(f) != 10 || f[3] != state || f[5] != "alive" || f[6] != "true" {
-			t.Errorf("row %d exp: 10 columns, %s, alive, healthy got: %q", i+1, state, f)
+		// The version, last, may hold spaces ("dev (3f2a9c1b7d4e)").
+		if len(f) < 11 || f[3] != state || f[5] != "alive" || f[6] != "true" || !strings.HasPrefix(strings.Join(f[10:], " "), version.Short()) {
+			t.Errorf("row %d exp: 11 columns, %s, alive, healthy, version %q got: %q", i+1, state, version.Short(), f)
 		}
 	}
 

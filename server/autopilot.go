@@ -245,6 +245,17 @@ func (d *autopilotDuty) autopilotServer(id raft.ServerID, addr raft.ServerAddres
 	}
 }
 
+// silentFor is how long a server has not answered this leader's health
+// checks (since this leader began to watch it, when it never has).
+func (d *autopilotDuty) silentFor(id raft.ServerID) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.peers[id]; w != nil {
+		return d.unreachableFor(w, time.Now())
+	}
+	return 0
+}
+
 // versionOf is a server's build from its last answer ("" if none).
 func (d *autopilotDuty) versionOf(id raft.ServerID) string {
 	d.mu.Lock()
@@ -445,8 +456,11 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 			Status: structs.RaftServerAlive, Healthy: srv.Health.Healthy, StableSince: srv.Health.StableSince,
 			LastContact: structs.HumanDuration(srv.Stats.LastContact), LastTerm: srv.Stats.LastTerm, LastIndex: srv.Stats.LastIndex,
 		}
-		if srv.Server.NodeStatus != autopilot.NodeAlive {
+		switch {
+		case srv.Server.NodeStatus != autopilot.NodeAlive:
 			h.Status = structs.RaftServerFailed
+		case string(id) != d.s.id && d.silentFor(id) > d.conf.LastContactThreshold:
+			h.Status = structs.RaftServerUnreachable
 		}
 		if leaderIndex > srv.Stats.LastIndex {
 			h.IndexLag = leaderIndex - srv.Stats.LastIndex

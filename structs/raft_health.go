@@ -27,6 +27,10 @@ type RaftStats struct {
 const (
 	// RaftServerAlive: the server answered the leader recently.
 	RaftServerAlive = "alive"
+	// RaftServerUnreachable: the server has not answered the leader for
+	// longer than the last-contact threshold, but not yet for the
+	// dead-server threshold (a server stopped a moment ago).
+	RaftServerUnreachable = "unreachable"
 	// RaftServerFailed: the leader has not reached the server for longer
 	// than the dead-server threshold; with dead-server cleanup on, it is
 	// removed from the configuration while quorum allows.
@@ -44,7 +48,7 @@ type RaftServerHealth struct {
 	// Version is the server's claimd build as it last answered the leader
 	// (empty: not yet, or a server older than the field).
 	Version string `json:"version,omitempty"`
-	// Status is RaftServerAlive or RaftServerFailed.
+	// Status is RaftServerAlive, RaftServerUnreachable or RaftServerFailed.
 	Status string `json:"status"`
 	// Healthy: alive, in contact with the leader within the threshold, on
 	// the leader's term, and at most MaxTrailingLogs entries behind.

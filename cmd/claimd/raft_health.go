@@ -18,12 +18,18 @@ func runRaftHealth(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return x.fail("raft health: %v", err)
 		}
+		code := 0
 		if x.asJSON {
 			h.Servers = orEmpty(h.Servers)
-			return x.json(h)
+			code = x.json(h)
+		} else {
+			printRaftHealth(stdout, h)
 		}
-		printRaftHealth(stdout, h)
-		return 0
+		// Scripts wait on the exit code: 2 while any server is unhealthy.
+		if code == 0 && !h.Healthy {
+			return 2
+		}
+		return code
 	})
 }
 
@@ -31,10 +37,10 @@ func runRaftHealth(args []string, stdout, stderr io.Writer) int {
 // then the verdict and the thresholds it was made with.
 func printRaftHealth(w io.Writer, h *structs.RaftHealthResponse) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter\tStatus\tHealthy\tLast Contact\tLast Index\tIndex Lag")
+	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter\tStatus\tHealthy\tLast Contact\tLast Index\tIndex Lag\tVersion")
 	for _, s := range h.Servers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%t\t%s\t%d\t%d\n", orDash(s.Name), s.ID, s.Address, raftState(s.Leader), s.Voter,
-			s.Status, s.Healthy, roundDuration(s.LastContact), s.LastIndex, s.IndexLag)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%t\t%s\t%d\t%d\t%s\n", orDash(s.Name), s.ID, s.Address, raftState(s.Leader), s.Voter,
+			s.Status, s.Healthy, roundDuration(s.LastContact), s.LastIndex, s.IndexLag, orDash(s.Version))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nHealthy: %t (failure tolerance %d)\n", h.Healthy, h.FailureTolerance)

@@ -28,8 +28,8 @@ func TestRaftHealthCommand_TableShape(t *testing.T) {
 		LastContactThreshold: structs.HumanDuration(2 * time.Second), MaxTrailingLogs: 1024,
 		DeadServerThreshold: structs.HumanDuration(5 * time.Minute), CleanupDeadServers: true, MinQuorum: 3,
 		Servers: []structs.RaftServerHealth{
-			{ID: "id-1", Name: "s1", Address: "10.0.0.1:4647", Leader: true, Voter: true, Status: "alive", Healthy: true, LastIndex: 120},
-			{ID: "id-2", Name: "s2", Address: "10.0.0.2:4647", Voter: true, Status: "alive", Healthy: true,
+			{ID: "id-1", Name: "s1", Address: "10.0.0.1:4647", Leader: true, Voter: true, Status: "alive", Healthy: true, LastIndex: 120, Version: "v0.9.0"},
+			{ID: "id-2", Name: "s2", Address: "10.0.0.2:4647", Voter: true, Status: "unreachable", Healthy: true, Version: "v0.8.1",
 				LastContact: structs.HumanDuration(12345 * time.Microsecond), LastIndex: 119, IndexLag: 1},
 			{ID: "id-3", Address: "10.0.0.3:4647", Voter: true, Status: "failed", Healthy: false,
 				LastContact: structs.HumanDuration(93240 * time.Millisecond), LastIndex: 80, IndexLag: 40},
@@ -39,10 +39,10 @@ func TestRaftHealthCommand_TableShape(t *testing.T) {
 	printRaftHealth(&buf, h)
 	lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
 	want := [][]string{
-		{"Node", "ID", "Address", "State", "Voter", "Status", "Healthy", "Last", "Contact", "Last", "Index", "Index", "Lag"},
-		{"s1", "id-1", "10.0.0.1:4647", "leader", "true", "alive", "true", "0s", "120", "0"},
-		{"s2", "id-2", "10.0.0.2:4647", "follower", "true", "alive", "true", "12ms", "119", "1"},
-		{"-", "id-3", "10.0.0.3:4647", "follower", "true", "failed", "false", "1m33.2s", "80", "40"},
+		{"Node", "ID", "Address", "State", "Voter", "Status", "Healthy", "Last", "Contact", "Last", "Index", "Index", "Lag", "Version"},
+		{"s1", "id-1", "10.0.0.1:4647", "leader", "true", "alive", "true", "0s", "120", "0", "v0.9.0"},
+		{"s2", "id-2", "10.0.0.2:4647", "follower", "true", "unreachable", "true", "12ms", "119", "1", "v0.8.1"},
+		{"-", "id-3", "10.0.0.3:4647", "follower", "true", "failed", "false", "1m33.2s", "80", "40", "-"},
 	}
 	if len(lines) != len(want)+3 {
 		t.Fatalf("lines exp: %d got: %d\n%s", len(want)+3, len(lines), buf.String())
