@@ -153,9 +153,16 @@ func TestProcesses_DevAgentAndCLIErrors(t *testing.T) {
 		}
 		return nil
 	})
-	// Without the environment the CLI is refused: plaintext to a TLS port.
-	if r := harness.RunCLI(t, "volume", "status", "-address", addr); r.Code != 1 {
-		t.Fatalf("CLI without TLS against the dev agent exp: exit 1 got: %d %q", r.Code, r.Stdout)
+	// Without the environment the CLI is refused: plaintext to a TLS port,
+	// and it says what to set (issue 30).
+	if r := harness.RunCLI(t, "volume", "status", "-address", addr); r.Code != 1 || !strings.Contains(r.Stderr, "may require TLS") ||
+		!strings.Contains(r.Stderr, "CLAIMD_CACERT") {
+		t.Fatalf("CLI without TLS against the dev agent exp: exit 1 naming CLAIMD_CACERT got: %d %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+	// Nothing listening: said once, without the TLS hint.
+	if r := harness.RunCLI(t, "volume", "status", "-address", harness.FreeAddr(t), "-timeout", "3s"); r.Code != 1 ||
+		strings.Count(r.Stderr, "unavailable:") != 1 || strings.Contains(r.Stderr, "may require TLS") {
+		t.Fatalf("CLI to nothing exp: exit 1, one unavailable, no TLS hint got: %d %q", r.Code, r.Stderr)
 	}
 
 	cases := []struct {

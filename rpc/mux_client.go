@@ -7,6 +7,7 @@ import (
 	"net"
 	netrpc "net/rpc"
 	"reflect"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -236,7 +237,9 @@ func (e transportError) Error() string   { return e.coded.Error() }
 func (e transportError) Unwrap() []error { return []error{e.coded, ErrTransport} }
 
 func notSent(err error) error {
-	return notSentError{coded: structs.NewError(structs.CodeUnavailable, err.Error())}
+	// An unavailable error (a failed dial) keeps its one code prefix.
+	msg := strings.TrimPrefix(err.Error(), string(structs.CodeUnavailable)+": ")
+	return notSentError{coded: structs.NewError(structs.CodeUnavailable, msg)}
 }
 
 // freshReply returns a new zero value of what reply points to (reply itself

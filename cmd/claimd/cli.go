@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -198,9 +199,33 @@ func (c *cliFlags) session() (*api.Client, context.Context, func(), error) {
 	return cl, ctx, func() { cancel(); cl.Close() }, nil
 }
 
-// fail reports an error on stderr and returns exit code 1.
+// fail reports an error on stderr and returns exit code 1. A plaintext
+// call that the server cut off at once gets a hint: that is what a server
+// with TLS on does to a client without it, and the bare error ("unexpected
+// EOF", "connection reset by peer") does not say so.
 func (c *cmd) fail(format string, args ...any) int {
-	return fail(c.stderr, format, args...)
+	code := fail(c.stderr, format, args...)
+	if flagOrEnv(c.conn.caCert, "CLAIMD_CACERT") != "" {
+		return code
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && cutOffPlaintext(err) {
+			fmt.Fprintln(c.stderr, "The server closed the connection at once: it may require TLS. Set CLAIMD_CACERT,\n"+
+				"CLAIMD_CLIENT_CERT and CLAIMD_CLIENT_KEY (or -ca-cert, -client-cert and -client-key).")
+			break
+		}
+	}
+	return code
+}
+
+// cutOffPlaintext reports a connection the server closed or reset (not one
+// it refused: nothing listening is a different mistake).
+func cutOffPlaintext(err error) bool {
+	if !errors.Is(err, rpc.ErrTransport) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "EOF") || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe")
 }
 
 // json prints v as indented JSON on stdout.
