@@ -190,6 +190,15 @@ func blocksOf(content *hcl.BodyContent, typ string) []*hcl.Block {
 
 // attrValue evaluates a literal attribute as its kind wants it.
 func attrValue(a *hcl.Attribute, k kind, key string, errs *hclErrors) (any, bool) {
+	// A bare word (x = yes) would be evaluated as a variable, and HCL would
+	// answer "Variables not allowed": say what the key wants.
+	if tr, ok := a.Expr.(*hclsyntax.ScopeTraversalExpr); ok && len(tr.Traversal) == 1 &&
+		tr.Traversal.RootName() != "true" && tr.Traversal.RootName() != "false" && tr.Traversal.RootName() != "null" {
+		want := map[kind]string{kindString: "a string in quotes", kindBool: "true or false",
+			kindSize: "a size (bytes, or a string like \"10GiB\")", kindStrings: "a list of strings"}[k]
+		errs.add(a.Range, key, "want %s, got the bare word %s (a string needs quotes)", want, tr.Traversal.RootName())
+		return nil, false
+	}
 	v, ds := a.Expr.Value(nil)
 	if ds.HasErrors() {
 		errs.diags(ds, key)

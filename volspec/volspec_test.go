@@ -169,7 +169,7 @@ func TestRead_ErrorsNameFileLineAndKey(t *testing.T) {
 		{"fractional bytes", "id = \"v\"\ncapacity_max = 1.5\n", true, []string{"spec.hcl:2: capacity_max:", "not a positive whole number"}},
 		{"unknown key", "id = \"v\"\ncapacity_mn = 5\n", true, []string{"spec.hcl:2:", "capacity_mn", `Did you mean "capacity_min"?`}},
 		{"bad boolean", "id = \"v\"\nrefuse_claims_when_abnormal = \"yes\"\n", false, []string{"spec.hcl:2: refuse_claims_when_abnormal: want true or false", `"yes"`}},
-		{"bare word boolean", "id = \"v\"\nrefuse_claims_when_abnormal = yes\n", false, []string{"spec.hcl:2:", "refuse_claims_when_abnormal"}},
+		{"bare word boolean", "id = \"v\"\nrefuse_claims_when_abnormal = yes\n", false, []string{"spec.hcl:2: refuse_claims_when_abnormal: want true or false, got the bare word yes"}},
 		{"number for string", "id = 7\n", false, []string{"spec.hcl:1: id: want a string in quotes, got number"}},
 		{"two capabilities on register", "id = \"v\"\ncapability {\naccess_mode = \"a\"\nattachment_mode = \"b\"\n}\ncapability {\naccess_mode = \"a\"\nattachment_mode = \"b\"\n}\n", false, []string{"capability: a registered volume has one access and attachment mode"}},
 		{"mount option key", "mount_options {\n  fs = \"ext4\"\n}\n", true, []string{"spec.hcl:2:", "mount_options", `An argument named "fs" is not expected here`}},
