@@ -13,7 +13,8 @@ import (
 
 // Config configures a server.
 type Config struct {
-	// NodeName is the human name; defaults to the host name.
+	// NodeName is the human name; defaults to the host name and the start
+	// of the server ID, unique per data dir (defaultNodeName).
 	NodeName string
 	// DataDir holds the server ID, the Raft log and snapshots.
 	DataDir string

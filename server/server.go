@@ -109,9 +109,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.NodeName == "" {
-		cfg.NodeName, _ = os.Hostname()
-	}
 	if cfg.RaftMultiplier <= 0 {
 		cfg.RaftMultiplier = 1
 	}
@@ -124,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 	id, err := loadOrCreateID(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.NodeName == "" {
+		cfg.NodeName = defaultNodeName(id)
 	}
 	s := &Server{
 		cfg:           cfg,
@@ -242,6 +242,18 @@ func (s *Server) goFunc(f func()) {
 
 // loadOrCreateID keeps the server's Raft ID in the data dir so a restarted
 // server is the same member.
+// defaultNodeName is the host name and the start of the server's ID:
+// unique per data dir and the same across restarts, so that several
+// servers on one host (a test bed, a laptop) do not all show as the host
+// in list-peers, the UI and snapshot metadata.
+func defaultNodeName(id string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "server"
+	}
+	return host + "-" + id[:min(8, len(id))]
+}
+
 func loadOrCreateID(dir string) (string, error) {
 	path := filepath.Join(dir, "server-id")
 	if b, err := os.ReadFile(path); err == nil {

@@ -140,7 +140,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory for the server ID, Raft log and snapshots")
 	fs.StringVar(&f.bind, "bind", api.DefaultAddress, "the one RPC/Raft address, host:port")
 	fs.StringVar(&f.advertise, "advertise", "", "address other servers dial (default: -bind)")
-	fs.StringVar(&f.nodeName, "node-name", "", "node name (default: host name)")
+	fs.StringVar(&f.nodeName, "node-name", "", "node name (default: the host name; for a server with the start of its ID, unique per data dir)")
 	fs.StringVar(&f.logLevel, "log-level", defaultLogLevel, "trace, debug, info, warn or error")
 	fs.BoolVar(&f.logJSON, "log-json", false, "log JSON lines")
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
