@@ -1,6 +1,7 @@
 package structs
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -78,7 +79,15 @@ func (s Secrets) MarshalJSON() ([]byte, error) {
 	for k := range s {
 		out[k] = redacted
 	}
-	return json.Marshal(out)
+	// Without HTML escaping: "<redacted>", not "\u003credacted\u003e",
+	// as the rest of the HTTP API and the CLI write it.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // String redacts too, for %v in log lines.

@@ -32,3 +32,18 @@ func TestVolume_EvalsAreNeverEncoded(t *testing.T) {
 		t.Fatalf("copy: exp: its own slice of the same evals got: %+v", c.Evals)
 	}
 }
+
+// Secrets marshal redacted and readable, without HTML escapes: the HTTP
+// API and the CLI show "<redacted>" for volumes as for nodes (issue 30).
+func TestSecrets_RedactedReadableInJSON(t *testing.T) {
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // as httpapi.writeJSON and the CLI's -json
+	if err := enc.Encode(&Volume{ID: "v", Secrets: Secrets{"token": "s3cret"}}); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.String()
+	if strings.Contains(b, "s3cret") || !strings.Contains(b, `"secrets":{"token":"<redacted>"}`) {
+		t.Fatalf("exp: the secret redacted as \"<redacted>\" got: %s", b)
+	}
+}

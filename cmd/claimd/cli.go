@@ -248,6 +248,7 @@ func fail(stderr io.Writer, format string, args ...any) int {
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "<redacted>" stays readable
 	return enc.Encode(v)
 }
 
