@@ -494,13 +494,16 @@ func (s *Server) Shutdown() error {
 		s.logger.Info("shutting down")
 		close(s.shutdownCh)
 		s.listener.Close()
-		s.stream.Close()
 		s.connsMu.Lock()
 		for c := range s.conns {
 			c.Close()
 		}
 		s.connsMu.Unlock()
+		// Raft's transport closes the stream layer itself once it is shut
+		// down; closed before that, its accept loop would log the closed
+		// layer as an error on every clean shutdown.
 		err = s.raft.Shutdown()
+		s.stream.Close()
 		s.pool.Shutdown()
 		s.wg.Wait()
 	})
