@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,7 +238,7 @@ func (a *Agent) heartbeatLoop() {
 			if a.ctx.Err() != nil {
 				return
 			}
-			a.logger.Warn("heartbeat failed; retrying", "registered", registered, "error", err)
+			logRetry(a.logger, err, "heartbeat failed; retrying", "registered", registered, "error", err)
 			a.heartbeatOK.Store(false)
 			registered = false
 			wait = 500 * time.Millisecond
@@ -308,4 +309,16 @@ func (a *Agent) absDataDir() string {
 		return abs
 	}
 	return a.cfg.DataDir
+}
+
+// logRetry logs a failed call that will be retried: a warning, except
+// when the server only has not applied this node's registration yet (a
+// follower's stale read right after the node registered): that passes by
+// itself, and at start it always happens once.
+func logRetry(logger hclog.Logger, err error, msg string, args ...any) {
+	if errors.Is(err, structs.ErrUnavailable) && strings.Contains(err.Error(), "does not know node") {
+		logger.Debug(msg, args...)
+		return
+	}
+	logger.Warn(msg, args...)
 }

@@ -57,7 +57,7 @@ func (r *allocRunner) run() {
 			return
 		}
 		if err != nil {
-			r.a.logger.Warn("watching allocations failed; retrying", "error", err)
+			logRetry(r.a.logger, err, "watching allocations failed; retrying", "error", err)
 			if backoff.Sleep(r.a.ctx, pace.Next()) != nil {
 				return
 			}

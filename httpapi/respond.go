@@ -279,7 +279,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// Worth retrying: an election, a restarting server.
 		w.Header().Set("Retry-After", "1")
 	}
-	if status >= 500 {
+	switch {
+	case status >= 500 && r.Context().Err() != nil:
+		// The caller went away (a closed browser tab, a CLI timeout):
+		// nothing failed that an operator must look at.
+		s.logger.Debug("HTTP caller went away", "method", r.Method, "path", r.URL.Path, "error", err)
+	case status >= 500:
 		// Never the token: it is in a header this line does not print.
 		s.logger.Warn("HTTP request failed", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
 	}
