@@ -30,6 +30,14 @@ func applyAllocPlace(tx *txn, req *structs.AllocPlaceRequest) (any, error) {
 		}
 		seen[in.ID] = true
 		if old := getAlloc(tx, in.ID); old != nil {
+			// An ID names one run: a stopped or finished allocation is never
+			// started again, so placing it again is refused with its state
+			// (it used to pass as a retry, and nothing ran).
+			if old.DesiredStatus == structs.AllocDesiredStop || old.Terminal() {
+				return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+					"alloc %q exists and is %s (desired %s): an allocation is never started again; place it under a new ID",
+					in.ID, old.ClientStatus, old.DesiredStatus))
+			}
 			if old.NodeID == in.NodeID && slices.EqualFunc(old.Volumes, in.Volumes, sameVolumeRequest) {
 				continue // a retried placement
 			}

@@ -154,3 +154,25 @@ func newClaimedHarness(t *testing.T, mode structs.AccessMode) *harness {
 	h.mustClaim("v1", "a1", "n1", cm)
 	return h
 }
+
+// An allocation ID names one run: placing the same allocation again is a
+// silent retry while it runs, and refused with its state once it is
+// stopped or finished (issue 30: it used to print "placed" and run
+// nothing).
+func TestAllocPlace_StoppedIDIsRefusedNamingItsState(t *testing.T) {
+	h := mustNewHarness(t)
+	h.registerNode(testNode("n1"))
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter))
+	h.placeAllocs(testAlloc("job1", "n1", "v1"))
+	h.placeAllocs(testAlloc("job1", "n1", "v1")) // a retry: fine
+	h.mustApply(structs.AllocStopRequestType, &structs.AllocStopRequest{AllocIDs: []string{"job1"}})
+	err := h.mustRefuse(structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{testAlloc("job1", "n1", "v1")}}, structs.CodeConflict)
+	if !strings.Contains(err.Error(), `alloc "job1" exists and is pending (desired stop)`) || !strings.Contains(err.Error(), "new ID") {
+		t.Fatalf("re-placing a stopped alloc exp: refused naming its state got: %v", err)
+	}
+	h.clientUpdate("job1", structs.AllocClientComplete)
+	err = h.mustRefuse(structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{testAlloc("job1", "n1", "v1")}}, structs.CodeConflict)
+	if !strings.Contains(err.Error(), "is complete") {
+		t.Fatalf("re-placing a complete alloc exp: refused naming complete got: %v", err)
+	}
+}

@@ -143,6 +143,9 @@ func (m *model) loseAllocs(node string, index uint64) {
 
 func (m *model) place(id, node string, vols []*structs.AllocVolumeRequest) structs.ErrorCode {
 	if old := m.allocs[id]; old != nil {
+		if old.stopping || old.terminal() {
+			return structs.CodeConflict // never started again
+		}
 		if old.node == node && slices.EqualFunc(old.vols, vols, sameVolumeRequest) {
 			return okCode
 		}
