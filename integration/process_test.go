@@ -211,3 +211,81 @@ func writeSpec(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// The dev agent stopped with an allocation running unmounts its volume
+// and removes the temporary directory it made (issue 30: the bind mount
+// stayed, the directory could not be removed, and every dev run left a
+// /tmp/claimd-dev-* behind).
+func TestProcesses_DevAgentStopUnmountsAndRemovesItsDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the dev agent's plugin mounts: needs root")
+	}
+	addr := harness.FreeAddr(t)
+	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-raft-multiplier", "0.2")
+	var env []string
+	for k, v := range devEnv(t, dev) {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "CLAIMD_ADDR="+addr)
+	cli := func(args ...string) harness.CLIResult { return harness.RunCLIEnv(t, env, args...) }
+	var dir string
+	for _, line := range strings.Split(dev.Output(), "\n") {
+		if _, rest, ok := strings.Cut(line, "data-dir="); ok && strings.Contains(line, "claimd server running") {
+			dir = strings.Fields(rest)[0]
+		}
+	}
+	if !strings.Contains(dir, "claimd-dev-") {
+		t.Fatalf("dev agent exp: its temporary data dir named got: %q\n%s", dir, dev.Output())
+	}
+	spec := filepath.Join(t.TempDir(), "v.json")
+	writeSpec(t, spec, `{"id":"devvol","external_id":"devvol","plugin_id":"hostdir",
+		"access_mode":"single-node-writer","attachment_mode":"file-system"}`)
+	var nodeID string
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if r := cli("volume", "register", spec); r.Code != 0 {
+			return fmt.Errorf("register: %d %s", r.Code, r.Stderr)
+		}
+		r := cli("node", "status", "-json")
+		var nodes []structs.Node
+		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil || len(nodes) != 1 {
+			return fmt.Errorf("node status: %v %s", err, r.Stdout)
+		}
+		nodeID = nodes[0].ID
+		return nil
+	})
+	if r := cli("alloc", "run", "-node", nodeID, "-volume", "devvol", "-id", "web1"); r.Code != 0 {
+		t.Fatalf("alloc run exp: exit 0 got: %d %s", r.Code, r.Stderr)
+	}
+	mounted := func() []string {
+		m, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var under []string
+		for _, l := range strings.Split(string(m), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+				under = append(under, f[4])
+			}
+		}
+		return under
+	}
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if len(mounted()) == 0 {
+			return fmt.Errorf("web1's volume exp: mounted under %s got: nothing yet", dir)
+		}
+		return nil
+	})
+	if err := dev.Signal(syscall.SIGTERM, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if m := mounted(); len(m) != 0 {
+		t.Fatalf("after the dev agent stopped exp: no mounts under %s got: %v", dir, m)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("dev data dir exp: removed got: %v", err)
+	}
+	if !strings.Contains(dev.Output(), "unmounted 1 volume(s) and removed "+dir) &&
+		!strings.Contains(dev.Output(), "unmounted 2 volume(s) and removed "+dir) {
+		t.Fatalf("dev agent exp: says what it removed got:\n%s", dev.Output())
+	}
+}

@@ -245,7 +245,7 @@ func (a *agent) setUpDev() error {
 		if err != nil {
 			return err
 		}
-		a.onStop(func() { os.RemoveAll(dir) })
+		a.onStop(func() { removeDevDir(dir, a.stdout) })
 		f.dataDir = dir
 	}
 	if f.nodeName == "" {
