@@ -412,3 +412,23 @@ func TestLeader_NewLeaderServesNoConsistentReadBeforeItHasAppliedEverything(t *t
 		return nil
 	})
 }
+
+// The last server running with the others gone cannot be removed by
+// anyone: Leave says so and stops at once instead of waiting out its
+// timeout with an error (issue 30: stopping the last servers with
+// leave_on_terminate hung 30 s).
+func TestLeave_LastServerStopsAtOnce(t *testing.T) {
+	c := harness.NewCluster(t, 3, harness.Options{})
+	c.StartAll()
+	leader := c.WaitForLeader(electionWait)
+	for _, f := range c.Followers() {
+		f.Stop()
+	}
+	start := time.Now()
+	if err := leader.Server().Leave(30 * time.Second); err != nil {
+		t.Fatalf("leave of the last server exp: stopped without error got: %v", err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("leave of the last server exp: well within its 30 s timeout got: %s", took)
+	}
+}

@@ -28,12 +28,28 @@ func (s *Server) Leave(timeout time.Duration) error {
 	if s.voters() > 1 {
 		// Ask the leader to remove us until it says it has (or that we are
 		// gone already). Our own view is no proof: once the removal commits
-		// the leader may stop replicating to us before we see it.
+		// the leader may stop replicating to us before we see it. With no
+		// other leader for leaveNoLeaderGrace, the other servers are gone
+		// (stopped together, or this is the last one): nobody can commit
+		// the removal, so say so and stop now rather than wait it out.
+		var leaderless time.Time
 		for {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("leave: not removed from the configuration after %s", timeout)
 			}
 			addr, _ := r.LeaderWithID()
+			if addr == "" || string(addr) == s.addr {
+				if leaderless.IsZero() {
+					leaderless = time.Now()
+				}
+				if time.Since(leaderless) > leaveNoLeaderGrace {
+					s.logger.Warn("leave: no other server leads to remove this one (the others are stopped or unreachable); stopping without leaving",
+						"voters", s.voters())
+					return s.Shutdown()
+				}
+			} else {
+				leaderless = time.Time{}
+			}
 			if addr != "" && string(addr) != s.addr {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var resp structs.GenericResponse
@@ -50,6 +66,11 @@ func (s *Server) Leave(timeout time.Duration) error {
 	}
 	return s.Shutdown()
 }
+
+// leaveNoLeaderGrace is how long a leaving server waits for another
+// leader before it concludes nobody can remove it: longer than an
+// election at production timings.
+const leaveNoLeaderGrace = 3 * time.Second
 
 func (s *Server) voters() int {
 	f := s.raft.Raft.GetConfiguration()
