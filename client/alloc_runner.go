@@ -189,6 +189,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
 	claimBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	mountBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
+	var waitingFor string // the reason last shown on the allocation
 	for {
 		// Every mount attempt follows a claim that is live now (a re-claim
 		// of a live claim answers the same claim): a retry after a failed
@@ -202,6 +203,13 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 				return structs.Wrap(err, fmt.Sprintf("claim volume %q", req.VolumeID))
 			}
 			r.a.logger.Debug("claim not granted yet; retrying", "alloc", alloc.ID, "volume", req.VolumeID, "error", err)
+			// Say on the allocation what it waits for (once per reason: a
+			// best-effort status, the claim's retry does not wait for it).
+			if why := fmt.Sprintf("waiting for volume %q: %v", req.VolumeID, err); why != waitingFor && len(why) <= 4096 {
+				waitingFor = why
+				_ = r.a.statuses.send(ctx, &structs.AllocClientUpdate{ID: alloc.ID,
+					ClientStatus: structs.AllocClientPending, ClientDescription: why})
+			}
 			if backoff.Sleep(ctx, claimBackoff.Next()) != nil {
 				return ctx.Err()
 			}

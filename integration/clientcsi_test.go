@@ -718,6 +718,17 @@ func TestClientCSI_UnhealthyNodePlugin_ClaimsUnschedulableUntilBack(t *testing.T
 	if err != nil || a.ClientStatus != structs.AllocClientPending {
 		t.Fatalf("alloc a1 while its node plugin is unhealthy exp: pending got: %+v %v", a, err)
 	}
+	// And it says what it waits for (issue 30: it showed "-").
+	harness.WaitFor(t, 30*time.Second, func() error {
+		a, _, err := cl.Alloc(harness.Ctx(t, 10*time.Second), "a1", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(a.ClientDescription, `waiting for volume "v1"`) || !strings.Contains(a.ClientDescription, "no healthy node plugin") {
+			return fmt.Errorf("a1's description exp: waiting for v1, no healthy node plugin got: %q", a.ClientDescription)
+		}
+		return nil
+	})
 	if v := e.volume(t, cl, "v1"); v.HasClaims() {
 		t.Fatalf("claims of v1 while the node plugin is unhealthy exp: none got: write=%v read=%v past=%v", v.WriteClaims, v.ReadClaims, v.PastClaims)
 	}
