@@ -30,11 +30,16 @@ type raftServer struct {
 	Address string `json:"address"`
 	Leader  bool   `json:"leader"`
 	Voter   bool   `json:"voter"`
+	// Version is the server's build as the answering server last heard
+	// it; empty when unknown.
+	Version string `json:"version,omitempty"`
 }
 
+// raftConfiguration has no index: the Raft library (v1.7.3) does not
+// report the configuration entry's index, and the constant 0 it gives
+// only misled (issue 30).
 type raftConfiguration struct {
 	Servers []raftServer `json:"servers"`
-	Index   uint64       `json:"index"`
 }
 
 // GET /v1/operator/raft/configuration[?stale]: what `claimd operator raft
@@ -49,9 +54,9 @@ func (s *Server) raftConfiguration(w http.ResponseWriter, r *http.Request) (any,
 	if err := s.rpc(r, "Operator.RaftGetConfiguration", args, &out); err != nil {
 		return nil, err
 	}
-	res := raftConfiguration{Servers: []raftServer{}, Index: out.Index}
+	res := raftConfiguration{Servers: []raftServer{}}
 	for _, sv := range out.Servers {
-		res.Servers = append(res.Servers, raftServer{ID: sv.ID, Node: sv.Node, Address: sv.Address, Leader: sv.Leader, Voter: sv.Voter})
+		res.Servers = append(res.Servers, raftServer{ID: sv.ID, Node: sv.Node, Address: sv.Address, Leader: sv.Leader, Voter: sv.Voter, Version: sv.Version})
 	}
 	return res, nil
 }

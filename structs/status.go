@@ -47,7 +47,9 @@ type RaftServer struct {
 // RaftConfigurationResponse lists the Raft members.
 type RaftConfigurationResponse struct {
 	Servers []RaftServer
-	Index   uint64
+	// Index is always 0: raft v1.7.3's GetConfiguration does not fill in
+	// the configuration's index. Kept for the wire format; not shown.
+	Index uint64
 }
 
 // RaftPeerRequest names a Raft member by ID or address.
