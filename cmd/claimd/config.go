@@ -668,7 +668,7 @@ func (c *agentConfigFiles) reload(t reloadTargets) {
 			t.logger.Error("SIGHUP: TLS reload failed; keeping the old certificate", "error", err)
 		} else {
 			reloaded = append(reloaded, "tls files (certificate, key and CA)")
-			kv = append(kv, "serial", t.tls.Certificate().SerialNumber.String())
+			kv = append(kv, "serial", serialHex(t.tls.Certificate().SerialNumber))
 		}
 	}
 	if len(reloaded) == 0 {
@@ -679,4 +679,15 @@ func (c *agentConfigFiles) reload(t reloadTargets) {
 		kv = append(kv, "needs_restart", strings.Join(restart, ", "))
 	}
 	t.logger.Info("SIGHUP: configuration reloaded", kv...)
+}
+
+// serialHex is a certificate serial as `openssl x509 -noout -serial`
+// prints it (upper-case hex, an even number of digits), so that the
+// SIGHUP line can be matched against the file.
+func serialHex(n *big.Int) string {
+	h := strings.ToUpper(n.Text(16))
+	if len(h)%2 == 1 {
+		h = "0" + h
+	}
+	return h
 }

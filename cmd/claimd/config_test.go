@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -546,5 +547,14 @@ func TestConfigFile_READMEExamplesParse(t *testing.T) {
 	}
 	if parsed < 2 {
 		t.Fatalf("docs/operations.md exp: a server and a client config example got: %d", parsed)
+	}
+}
+
+// The SIGHUP line's serial reads as openssl prints it (issue 30).
+func TestSerialHex_AsOpenSSLPrintsIt(t *testing.T) {
+	for in, want := range map[int64]string{255: "FF", 4096: "1000", 0x3a1f9: "03A1F9"} {
+		if got := serialHex(big.NewInt(in)); got != want {
+			t.Errorf("serialHex(%d) exp: %q got: %q", in, want, got)
+		}
 	}
 }

@@ -319,7 +319,10 @@ func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 			if (!row) return "no server row";
 			const cols = [...row.closest("table").querySelectorAll("th")].map((th) => th.textContent);
 			const i = cols.indexOf("Version");
-			return i >= 0 && row.children[i].textContent === ` + strconv.Quote(version.Short()) + ` ? "" : "version column: " + cols.join(",") + " | " + row.textContent;
+			if (i < 0 || row.children[i].textContent !== ` + strconv.Quote(version.Short()) + `) return "version column: " + cols.join(",") + " | " + row.textContent;
+			// Last contact as the CLI shows it, not "60.934381ms" (issue 30).
+			const lc = row.children[cols.indexOf("Last contact")].textContent;
+			return /^([0-9]+ms|[0-9.]+s|[0-9]+m[0-9.]+s|never)$/.test(lc) ? "" : "last contact: " + lc;
 		})()`, "cluster"},
 		{"#/nodes", `document.querySelector("article[data-node]") && document.querySelector("tr[data-plugin=hostdir]") ? "" : "no node or plugin"`, "nodes"},
 		{"#/evals", `document.querySelector("tr[data-eval][data-status=complete]") ? "" : "no complete eval"`, "evals"},

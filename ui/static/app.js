@@ -49,6 +49,22 @@ function table(caption, headers, rows, attrs) {
 
 function badge(text, kind) { return h("span", { class: "badge " + (kind || "") }, text); }
 
+// fmtContact shows a Go duration string ("60.934381ms", "1m33.2451s") the
+// way the CLI shows a last contact: whole milliseconds below a second,
+// tenths of a second above; "never" as it comes.
+function fmtContact(d) {
+  if (typeof d !== "string" || d === "" || d === "never") return d;
+  if (d.startsWith("-")) return "never";
+  const units = { h: 3600e3, m: 60e3, s: 1e3, ms: 1, "µs": 1e-3, "us": 1e-3, ns: 1e-6 };
+  let ms = 0;
+  for (const [, n, u] of d.matchAll(/([0-9.]+)(h|ms|m|s|µs|us|ns)/g)) ms += parseFloat(n) * units[u];
+  if (ms < 1000) return Math.round(ms) + "ms";
+  const tenths = Math.round(ms / 100) / 10;
+  if (tenths < 60) return tenths + "s";
+  const min = Math.floor(tenths / 60);
+  return min + "m" + Math.round((tenths - min * 60) * 10) / 10 + "s";
+}
+
 function fmtTime(t) {
   if (!t || t.startsWith("0001-")) return "—";
   const d = new Date(t);
@@ -270,7 +286,7 @@ pages.cluster = {
       out.append(table("Servers", ["Name", "Role", "Address", "Version", "Status", "Last contact", "Index lag", "Healthy"],
         raft.servers.map((s) => h("tr", { "data-server": s.id },
           h("td", {}, s.name), h("td", {}, s.leader ? badge("leader", "ok") : s.voter ? "follower" : "non-voter"),
-          h("td", {}, s.address), h("td", {}, s.version || "unknown"), h("td", {}, s.status), h("td", {}, s.last_contact),
+          h("td", {}, s.address), h("td", {}, s.version || "unknown"), h("td", {}, s.status), h("td", {}, fmtContact(s.last_contact)),
           h("td", {}, String(s.index_lag)), h("td", {}, s.healthy ? badge("yes", "ok") : badge("no", "bad"))))));
     }
     const agent = h("section", { "aria-labelledby": "h-agent" }, h("h2", { id: "h-agent" }, "This agent"));
@@ -283,7 +299,7 @@ pages.cluster = {
         dl.append(h("dt", {}, "Raft state"), h("dd", {}, health.server.raft_state),
           h("dt", {}, "Leader"), h("dd", {}, health.server.leader || "none"),
           h("dt", {}, "Commit / applied"), h("dd", {}, health.server.commit_index + " / " + health.server.applied_index),
-          h("dt", {}, "Last contact"), h("dd", {}, health.server.last_contact));
+          h("dt", {}, "Last contact"), h("dd", {}, fmtContact(health.server.last_contact)));
       }
       if (health.client) {
         dl.append(h("dt", {}, "Client session"), h("dd", {}, health.client.server_session ? "connected" : "not connected"));
