@@ -372,10 +372,7 @@ func TestVolumeCreate_LeaderKilledBetweenCreateAndRegister(t *testing.T) {
 // through a follower with the CLI certificate and a management token.
 func TestVolumeLifecycle_CLI(t *testing.T) {
 	e := newCreateEnv(t)
-	pki := e.c.PKI()
-	flags := []string{"-address", e.c.Followers()[0].Addr, "-ca-cert", pki.CAFile,
-		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
-		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	flags := cliFlagsVia(e, e.c.Followers()[0])
 	cli := func(verb []string, args ...string) harness.CLIResult {
 		return harness.RunCLI(t, append(append(verb, flags...), args...)...)
 	}
@@ -655,10 +652,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 	// The CLI: a register file asking for more while w1's node plugin
 	// fails its expansion: grown and recorded, w1 pending, exit 2 with the
 	// command that finishes it; that command then exits 0.
-	pki := e.c.PKI()
-	flags := []string{"-address", e.c.Followers()[1].Addr, "-ca-cert", pki.CAFile,
-		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
-		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	flags := cliFlagsVia(e, e.c.Followers()[1])
 	file := filepath.Join(t.TempDir(), "grow.json")
 	b, err := json.Marshal(spec(7<<20, "fast"))
 	if err != nil {
@@ -693,10 +687,7 @@ func TestVolumeLifecycle_RegisterAndCreateGrow(t *testing.T) {
 // file, line and key, with nothing registered.
 func TestVolumeLifecycle_HCLSpecsWithSizes(t *testing.T) {
 	e := newCreateEnv(t)
-	pki := e.c.PKI()
-	flags := []string{"-address", e.c.Followers()[0].Addr, "-ca-cert", pki.CAFile,
-		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
-		"-token", e.c.ManagementToken(), "-timeout", "60s"}
+	flags := cliFlagsVia(e, e.c.Followers()[0])
 	cli := func(verb []string, args ...string) harness.CLIResult {
 		return harness.RunCLI(t, append(append(verb, flags...), args...)...)
 	}
@@ -766,4 +757,13 @@ capability {
 	if v, _, err := e.api.Volume(harness.Ctx(t, 30*time.Second), "hcl-bad", structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
 		t.Fatalf("refused spec exp: nothing registered (not found) got: %+v (%v)", v, err)
 	}
+}
+
+// cliFlagsVia are the CLI's flags for a call through srv, secured, with the
+// CLI certificate and the management token.
+func cliFlagsVia(e *releaseEnv, srv *harness.TestServer) []string {
+	pki := e.c.PKI()
+	return []string{"-address", srv.Addr, "-ca-cert", pki.CAFile,
+		"-client-cert", pki.CertFile[tlsutil.RoleCLI], "-client-key", pki.KeyFile[tlsutil.RoleCLI],
+		"-token", e.c.ManagementToken(), "-timeout", "60s"}
 }
