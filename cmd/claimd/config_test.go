@@ -558,3 +558,18 @@ func TestSerialHex_AsOpenSSLPrintsIt(t *testing.T) {
 		}
 	}
 }
+
+// The sample configuration directories shipped in the release archives
+// (packaging/config) load as the agent loads them (issue 29).
+func TestConfigFile_PackagedSamplesLoad(t *testing.T) {
+	for _, role := range []string{"server", "client"} {
+		dir := filepath.Join("..", "..", "packaging", "config", role)
+		cfg, err := loadConfigFiles([]string{dir})
+		if err != nil {
+			t.Fatalf("packaging/config/%s exp: loads got: %v", role, err)
+		}
+		if cfg == nil {
+			t.Fatalf("packaging/config/%s exp: a configuration got: none", role)
+		}
+	}
+}
