@@ -257,8 +257,13 @@ func TestProcesses_TLSCertificateReloadOnSIGHUPKeepsLeader(t *testing.T) {
 		t.Fatalf("%s exp: keeps running after SIGHUP got: exited\n%s", procs[target].Name, procs[target].Output())
 	}
 	harness.WaitFor(t, 20*time.Second, func() error {
-		if !strings.Contains(procs[target].Output(), "serial="+newSerial.String()) {
-			return fmt.Errorf("%s exp: logs the reload of serial %s got: not yet", procs[target].Name, newSerial)
+		// In hex, as `openssl x509 -noout -serial` prints it (issue 30).
+		hex := strings.ToUpper(newSerial.Text(16))
+		if len(hex)%2 == 1 {
+			hex = "0" + hex
+		}
+		if !strings.Contains(procs[target].Output(), "serial="+hex) {
+			return fmt.Errorf("%s exp: logs the reload of serial %s got: not yet", procs[target].Name, hex)
 		}
 		return nil
 	})
