@@ -224,8 +224,12 @@ func cutOffPlaintext(err error) bool {
 	if !errors.Is(err, rpc.ErrTransport) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return false
 	}
+	// Which of these the caller sees depends on when it notices the close:
+	// reading the answer (EOF), writing the request (reset, broken pipe) or
+	// opening the request's stream on a session already closed.
 	msg := err.Error()
-	return strings.Contains(msg, "EOF") || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe")
+	return strings.Contains(msg, "EOF") || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "session shutdown")
 }
 
 // json prints v as indented JSON on stdout.
