@@ -2,16 +2,12 @@
 package testutil
 
 import (
-	"bufio"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/claimd/claimd/internal/backoff"
+	"github.com/claimd/claimd/internal/mountinfo"
 )
 
 // WaitFor polls check until it returns nil or the timeout passes, then
@@ -50,27 +46,10 @@ func TempDir(t testing.TB) string {
 // first.
 func UnmountUnder(t testing.TB, dir string) {
 	t.Helper()
-	real, err := filepath.EvalSymlinks(dir)
+	points, err := mountinfo.Under(dir)
 	if err != nil {
 		return
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			p := strings.ReplaceAll(fields[4], `\040`, " ")
-			if p == real || strings.HasPrefix(p, real+"/") {
-				points = append(points, p)
-			}
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
 	for _, p := range points {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
 			t.Logf("cleanup: unmount %s: %v", p, err)
