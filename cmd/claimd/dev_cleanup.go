@@ -39,4 +39,3 @@ func removeDevDir(dir string, out io.Writer) {
 		fmt.Fprintf(out, "dev agent: removed %s (give -data-dir to keep the state)\n", dir)
 	}
 }
-
