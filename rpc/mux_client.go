@@ -7,7 +7,6 @@ import (
 	"net"
 	netrpc "net/rpc"
 	"reflect"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -237,9 +236,13 @@ func (e transportError) Error() string   { return e.coded.Error() }
 func (e transportError) Unwrap() []error { return []error{e.coded, ErrTransport} }
 
 func notSent(err error) error {
-	// An unavailable error (a failed dial) keeps its one code prefix.
-	msg := strings.TrimPrefix(err.Error(), string(structs.CodeUnavailable)+": ")
-	return notSentError{coded: structs.NewError(structs.CodeUnavailable, msg)}
+	// A failed dial is unavailable already: kept as it is, not wrapped in
+	// a second "unavailable: " (issue 30).
+	var ce *structs.CodedError
+	if errors.As(err, &ce) && ce == err && ce.Code == structs.CodeUnavailable {
+		return notSentError{coded: ce}
+	}
+	return notSentError{coded: structs.NewError(structs.CodeUnavailable, err.Error())}
 }
 
 // freshReply returns a new zero value of what reply points to (reply itself

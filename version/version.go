@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 )
 
 // Set by the linker in release builds; empty otherwise.
@@ -34,8 +35,13 @@ type Info struct {
 	GoVersion string `json:"go_version"`
 }
 
-// Get returns this binary's Info.
-func Get() Info {
+// Get returns this binary's Info. Servers answer it on every health
+// check: the build information is read once.
+func Get() Info { return get() }
+
+var get = sync.OnceValue(compute)
+
+func compute() Info {
 	info := Info{Version: version, Commit: shortCommit(commit), GoVersion: runtime.Version()}
 	if info.Version == "" {
 		info.Version = "dev"

@@ -9,7 +9,7 @@ import (
 func TestGet_StampedValuesWin(t *testing.T) {
 	defer func(v, c string) { version, commit = v, c }(version, commit)
 	version, commit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
-	got := Get()
+	got := compute()
 	if got.Version != "v1.2.3" || got.Commit != "0123456789ab" || got.GoVersion != runtime.Version() {
 		t.Fatalf("exp: stamped version, 12-digit commit, this Go got: %+v", got)
 	}
@@ -21,7 +21,7 @@ func TestGet_StampedValuesWin(t *testing.T) {
 func TestGet_UnstampedIsDev(t *testing.T) {
 	defer func(v, c string) { version, commit = v, c }(version, commit)
 	version, commit = "", ""
-	got := Get()
+	got := compute()
 	if got.Version != "dev" {
 		t.Fatalf("exp: dev got: %+v", got)
 	}

@@ -192,11 +192,10 @@ func blocksOf(content *hcl.BodyContent, typ string) []*hcl.Block {
 func attrValue(a *hcl.Attribute, k kind, key string, errs *hclErrors) (any, bool) {
 	// A bare word (x = yes) would be evaluated as a variable, and HCL would
 	// answer "Variables not allowed": say what the key wants.
-	if tr, ok := a.Expr.(*hclsyntax.ScopeTraversalExpr); ok && len(tr.Traversal) == 1 &&
-		tr.Traversal.RootName() != "true" && tr.Traversal.RootName() != "false" && tr.Traversal.RootName() != "null" {
+	if word, ok := BareWord(a.Expr); ok {
 		want := map[kind]string{kindString: "a string in quotes", kindBool: "true or false",
 			kindSize: "a size (bytes, or a string like \"10GiB\")", kindStrings: "a list of strings"}[k]
-		errs.add(a.Range, key, "want %s, got the bare word %s (a string needs quotes)", want, tr.Traversal.RootName())
+		errs.add(a.Range, key, "want %s, got the bare word %s (a string needs quotes)", want, word)
 		return nil, false
 	}
 	v, ds := a.Expr.Value(nil)
@@ -319,4 +318,22 @@ func topologyRequest(body hcl.Body, key string, errs *hclErrors) map[string]any 
 		}
 	}
 	return out
+}
+
+// BareWord reports an HCL value written as a single unquoted word
+// (enabled = yes): HCL would evaluate it as a variable and answer
+// "Variables not allowed", which says nothing of what the key wants.
+// true, false and null are values, not bare words. The agent's
+// configuration reader uses it too.
+func BareWord(expr hcl.Expression) (string, bool) {
+	tr, ok := expr.(*hclsyntax.ScopeTraversalExpr)
+	if !ok || len(tr.Traversal) != 1 {
+		return "", false
+	}
+	switch w := tr.Traversal.RootName(); w {
+	case "true", "false", "null":
+		return "", false
+	default:
+		return w, true
+	}
 }

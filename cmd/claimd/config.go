@@ -24,6 +24,7 @@ import (
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
+	"github.com/claimd/claimd/volspec"
 )
 
 // Agent configuration files (-config FILE|DIR, repeatable), HCL or JSON.
@@ -348,9 +349,6 @@ func (d *decoder) attr(k configKey, attr *hcl.Attribute) {
 	d.out.values[k.path()] = v
 }
 
-// hclKeyword: the words HCL reads as values, not as variables.
-func hclKeyword(w string) bool { return w == "true" || w == "false" || w == "null" }
-
 // value evaluates an attribute (no variables or functions: a file is
 // data) and checks its type strictly: "3" is not a number and "true" is
 // not a bool, so that a quoting mistake is caught rather than guessed at.
@@ -358,8 +356,8 @@ func (d *decoder) value(key string, kind keyKind, attr *hcl.Attribute) (any, boo
 	at := attr.Expr.Range()
 	// A bare word (enabled = yes) would be evaluated as a variable, and
 	// HCL would answer "Variables not allowed": say what the key wants.
-	if tr, ok := attr.Expr.(*hclsyntax.ScopeTraversalExpr); ok && len(tr.Traversal) == 1 && !hclKeyword(tr.Traversal.RootName()) {
-		d.fail(at, key, "want %s, got the bare word %s (a string needs quotes)", kindNames[kind], tr.Traversal.RootName())
+	if word, ok := volspec.BareWord(attr.Expr); ok {
+		d.fail(at, key, "want %s, got the bare word %s (a string needs quotes)", kindNames[kind], word)
 		return nil, false
 	}
 	val, diags := attr.Expr.Value(nil)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 
@@ -12,8 +10,7 @@ import (
 // runVersion prints what this binary is: the version a release stamped
 // ("dev" otherwise), the git commit and the Go toolchain (package version).
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("version", stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -24,9 +21,7 @@ func runVersion(args []string, stdout, stderr io.Writer) int {
 	}
 	v := version.Get()
 	if *asJSON {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		fmt.Fprintln(stdout, string(b))
-		return 0
+		return jsonOut(stdout, stderr, v)
 	}
 	fmt.Fprintf(stdout, "claimd %s\n", v.Version)
 	if v.Commit != "" {

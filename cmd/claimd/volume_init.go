@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,8 +14,7 @@ import (
 // to a new file, volume.hcl (volume.json with -json) unless named; "-" is
 // standard output. An existing file is never overwritten.
 func runVolumeInit(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("volume init", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+	fset := newFlagSet("volume init", stderr)
 	typ := fset.String("type", "register", "register (a volume the storage has) or create (one its plugin makes)")
 	asJSON := fset.Bool("json", false, "write JSON (without comments) instead of HCL")
 	if err := fset.Parse(args); err != nil {
@@ -28,8 +26,7 @@ func runVolumeInit(args []string, stdout, stderr io.Writer) int {
 	}
 	text, err := volspec.Example(*typ, *asJSON)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
+		return fail(stderr, "%v", err)
 	}
 	path := "volume.hcl"
 	if *asJSON {
@@ -44,8 +41,7 @@ func runVolumeInit(args []string, stdout, stderr io.Writer) int {
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		fmt.Fprintf(stderr, "Error: %s exists; not overwriting it (name another file, or - for standard output)\n", path)
-		return 1
+		return fail(stderr, "%s exists; not overwriting it (name another file, or - for standard output)", path)
 	}
 	if err == nil {
 		_, err = io.WriteString(f, text)
@@ -54,8 +50,7 @@ func runVolumeInit(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
+		return fail(stderr, "%v", err)
 	}
 	verb := "register"
 	if *typ == "create" {
