@@ -218,18 +218,16 @@ func (c *cmd) fail(format string, args ...any) int {
 	return code
 }
 
-// cutOffPlaintext reports a connection the server closed or reset (not one
-// it refused: nothing listening is a different mistake).
+// cutOffPlaintext reports a connection that was made and then cut off by
+// the server: any transport failure but a failed dial (nothing listening
+// is a different mistake). How the cut shows depends on when the client
+// notices it (EOF, reset, a shut-down session or connection), so no
+// message is matched but the dial's.
 func cutOffPlaintext(err error) bool {
 	if !errors.Is(err, rpc.ErrTransport) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return false
 	}
-	// Which of these the caller sees depends on when it notices the close:
-	// reading the answer (EOF), writing the request (reset, broken pipe) or
-	// opening the request's stream on a session already closed.
-	msg := err.Error()
-	return strings.Contains(msg, "EOF") || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") ||
-		strings.Contains(msg, "session shutdown")
+	return !strings.Contains(err.Error(), "dial ")
 }
 
 // json prints v as indented JSON on stdout.
