@@ -92,8 +92,11 @@ var methodAccess = map[string]access{
 
 	"Node.Register":     capabilityOrNode(acl.Node, acl.Write),
 	"Node.UpdateStatus": capabilityOrNode(acl.Node, acl.Write),
-	"Node.UpdateAlloc":  capabilityOrNode(acl.Node, acl.Write),
-	"Node.Deregister":   capability(acl.Node, acl.Write),
+	// A follower's gathered heartbeats: only a server sends a batch, and
+	// each item is then checked as Node.UpdateStatus (decision 43).
+	"Node.UpdateStatusBatch": {kind: serverOnly},
+	"Node.UpdateAlloc":       capabilityOrNode(acl.Node, acl.Write),
+	"Node.Deregister":        capability(acl.Node, acl.Write),
 	// Drain and eligibility are an operator's: a node's own secret does
 	// not take its node out of service.
 	"Node.UpdateEligibility": capability(acl.Node, acl.Write),
@@ -474,6 +477,20 @@ func (c *caller) isNode(nodeID string) bool {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(n.SecretID), []byte(c.token)) == 1
+}
+
+// provedNode reports whether the caller showed nodeID's own secret: as the
+// access check found it (c.node, with ACLs on), or, with ACLs off, where
+// the check did not look, by comparing it now. Binding a node's session
+// needs this proof whether or not ACLs are on (decision 37).
+func (c *caller) provedNode(nodeID string) bool {
+	if c == nil || nodeID == "" {
+		return false
+	}
+	if c.node != "" {
+		return c.node == nodeID
+	}
+	return !c.srv.ACLEnabled() && c.isNode(nodeID)
 }
 
 // nodeKnown reports whether this server has applied nodeID's registration.

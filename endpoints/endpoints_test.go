@@ -217,6 +217,38 @@ func TestNodeUpdateStatus_OnlyTheNodesSecretBindsItsSession(t *testing.T) {
 	}
 }
 
+// With ACLs off anyone may heartbeat any node, but the node's session still
+// moves only for a caller that shows the node's own secret, on the leader
+// and on a follower that forwards the heartbeat. (It used to move only
+// when ACLs were on, so with them off an agent whose session moved to
+// another server was called back on the old one until it registered
+// again: a release after a leader's loss waited for that.)
+func TestNodeUpdateStatus_ACLsOffOnlyTheNodesSecretBindsItsSession(t *testing.T) {
+	for _, leader := range []bool{true, false} {
+		w := newWorld(t, leader)
+		w.cluster.acl = false
+		conn := w.conn(tlsutil.RoleClient)
+		node := w.receivers(conn)["Node"].(*Node)
+		beat := func(token string) {
+			t.Helper()
+			var reply structs.NodeUpdateResponse
+			if err := node.UpdateStatus(&structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusReady,
+				WriteRequest: structs.WriteRequest{AuthToken: token}}, &reply); err != nil {
+				t.Fatalf("leader %v: heartbeat with ACLs off exp: allowed got: %v", leader, err)
+			}
+		}
+		beat("")
+		beat("s-n2")
+		if _, ok := w.sessions.bound["n1"]; ok {
+			t.Fatalf("leader %v: n1's session after heartbeats without its secret exp: not bound got: bound", leader)
+		}
+		beat("s-n1")
+		if s := w.sessions.bound["n1"]; s != conn.Session {
+			t.Fatalf("leader %v: n1's session after a heartbeat with its secret exp: the caller's got: not bound", leader)
+		}
+	}
+}
+
 // On a follower, a call is decided where it entered: a client
 // certificate's RaftJoin and a token without the capability are refused
 // without forwarding; an allowed call goes to the leader carrying the

@@ -124,9 +124,9 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true }))
 	if done {
 		// The leader took the call; the session is the node's only if
-		// the caller proved the node's secret here (c.node), not if a
+		// the caller proved the node's secret here (provedNode), not if a
 		// token allowed it.
-		if err == nil && c != nil && c.node == args.NodeID {
+		if err == nil && !forwarded && c.provedNode(args.NodeID) {
 			n.bindSession(args.NodeID, forwarded)
 		}
 		return err
@@ -134,7 +134,7 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	// The lease argument counts from when the leader received the
 	// heartbeat: take the time before anything else (decision 39).
 	received := time.Now()
-	if c.node == args.NodeID {
+	if !forwarded && c.provedNode(args.NodeID) {
 		n.bindSession(args.NodeID, forwarded)
 	}
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
@@ -175,6 +175,36 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	reply.Index = index
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
 	reply.Servers = n.srv.ServerAddrs()
+	return nil
+}
+
+// UpdateStatusBatch serves the heartbeats a follower gathered from its
+// client agents (decision 43). Only a server may send a batch, and each
+// heartbeat in it is checked and served as that agent's own forwarded
+// call (its token, the origin it entered with, the leader's own rules), so
+// a batch allows nothing its items would not; one refused heartbeat fails
+// only itself.
+func (n *Node) UpdateStatusBatch(args *structs.NodeHeartbeatBatchRequest, reply *structs.NodeHeartbeatBatchResponse) error {
+	if _, err := n.auth.check("Node.UpdateStatusBatch", args); err != nil {
+		return err
+	}
+	if len(args.Heartbeats) > structs.MaxHeartbeatBatch {
+		return structs.Invalid("heartbeats", fmt.Sprintf("%d in one batch, at most %d", len(args.Heartbeats), structs.MaxHeartbeatBatch))
+	}
+	reply.Results = make([]structs.NodeHeartbeatResult, len(args.Heartbeats))
+	for i, beat := range args.Heartbeats {
+		res := &reply.Results[i]
+		if beat == nil {
+			res.Error = structs.Invalid(fmt.Sprintf("heartbeats[%d]", i), "empty").Error()
+			continue
+		}
+		// Every item came through a server: it is judged by the origin
+		// it entered with, never as this connection's own call.
+		beat.SetForwarded(true)
+		if err := n.UpdateStatus(beat, &res.Response); err != nil {
+			res.Error = err.Error()
+		}
+	}
 	return nil
 }
 

@@ -31,11 +31,16 @@ type Forwarder struct {
 	hold   time.Duration
 	// ShutdownCh stops held requests when the server stops.
 	shutdownCh <-chan struct{}
+	// beats sends client agents' heartbeats to the leader in batches.
+	beats *heartbeatRelay
 }
 
-// New makes a forwarder.
-func New(pool *Pool, leader LeaderSource, shutdownCh <-chan struct{}) *Forwarder {
-	return &Forwarder{pool: pool, leader: leader, hold: HoldTimeout, shutdownCh: shutdownCh}
+// New makes a forwarder. serverToken is the cluster's server token ("" or
+// nil when ACLs are off), shown on the calls the forwarder makes as a
+// server (the heartbeat batches).
+func New(pool *Pool, leader LeaderSource, shutdownCh <-chan struct{}, serverToken func() string) *Forwarder {
+	return &Forwarder{pool: pool, leader: leader, hold: HoldTimeout, shutdownCh: shutdownCh,
+		beats: newHeartbeatRelay(pool, serverToken)}
 }
 
 // Pool returns the connection pool for direct server-to-server calls.
@@ -126,5 +131,8 @@ func (f *Forwarder) send(addr, method string, info structs.RPCInfo, args, reply 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if beat, ok := args.(*structs.NodeUpdateStatusRequest); ok && method == "Node.UpdateStatus" {
+		return f.beats.send(ctx, addr, beat, reply.(*structs.NodeUpdateResponse))
+	}
 	return f.pool.RPC(ctx, addr, method, args, reply)
 }

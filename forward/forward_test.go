@@ -88,7 +88,7 @@ func mustServeLeader(t *testing.T) (string, *Leader) {
 func newTestForwarder(t *testing.T, ls LeaderSource, hold time.Duration) *Forwarder {
 	pool := NewPool(nil, nil)
 	t.Cleanup(pool.Shutdown)
-	f := New(pool, ls, make(chan struct{}))
+	f := New(pool, ls, make(chan struct{}), nil)
 	f.hold = hold
 	return f
 }

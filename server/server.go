@@ -182,7 +182,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.observed.running.Store(true)
 	s.pool = forward.NewPool(dial, s.logger)
-	s.fwd = forward.New(s.pool, s, s.shutdownCh)
+	s.fwd = forward.New(s.pool, s, s.shutdownCh, s.serverToken)
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers, s.serverToken)
 	s.boot = newBootstrapper(s)
 	s.claims = newBatcher("claim", s.commitClaims, s.shutdownCh)

@@ -227,6 +227,33 @@ type NodeUpdateStatusRequest struct {
 	WriteRequest
 }
 
+// MaxHeartbeatBatch bounds the heartbeats one Node.UpdateStatusBatch call
+// carries: a batch is served item by item at the leader, and a bounded one
+// is answered within milliseconds.
+const MaxHeartbeatBatch = 256
+
+// NodeHeartbeatBatchRequest carries heartbeats that a follower received
+// from client agents to the leader in one call (decision 43). Each item is
+// the agent's own request as it entered the follower, its token and
+// CallOrigin included; the leader checks and serves each as a forwarded
+// call of its own, so a batch allows nothing its items would not.
+type NodeHeartbeatBatchRequest struct {
+	Heartbeats []*NodeUpdateStatusRequest
+	WriteRequest
+}
+
+// NodeHeartbeatBatchResponse answers each heartbeat of a batch, in order.
+type NodeHeartbeatBatchResponse struct {
+	Results []NodeHeartbeatResult
+}
+
+// NodeHeartbeatResult is one heartbeat's answer: what its own call would
+// have returned, the error as its text ("" when served).
+type NodeHeartbeatResult struct {
+	Response NodeUpdateResponse
+	Error    string
+}
+
 // NodeDeregisterRequest removes nodes; their allocations become lost.
 type NodeDeregisterRequest struct {
 	NodeIDs []string
