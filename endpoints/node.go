@@ -3,6 +3,7 @@ package endpoints
 import (
 	"crypto/subtle"
 	"fmt"
+	"sync"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -120,6 +121,21 @@ func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error
 
 // UpdateStatus marks a node ready or down (a heartbeat).
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	return n.updateStatus(args, reply, arrival{})
+}
+
+// arrival is when a heartbeat reached the leader and how its leadership is
+// confirmed for the lease. The heartbeats of one batch share the batch's
+// arrival and one confirmation, which runs after it (decision 39's order).
+type arrival struct {
+	// at is the arrival; zero: now, once the call is let in.
+	at time.Time
+	// confirmed reports a quorum's confirmation of this leader taken after
+	// at; nil: one of its own.
+	confirmed func() bool
+}
+
+func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse, arr arrival) error {
 	forwarded := args.IsForwarded()
 	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true }))
 	if done {
@@ -134,6 +150,12 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	// The lease argument counts from when the leader received the
 	// heartbeat: take the time before anything else (decision 39).
 	received := time.Now()
+	if !arr.at.IsZero() {
+		received = arr.at
+	}
+	if arr.confirmed == nil {
+		arr.confirmed = func() bool { return n.srv.VerifyLeader() == nil }
+	}
 	if !forwarded && c.provedNode(args.NodeID) {
 		n.bindSession(args.NodeID, forwarded)
 	}
@@ -166,10 +188,8 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		// yet must not keep a node writing while the new leader's
 		// clock runs (decision 39). An unconfirmed leader still
 		// answers; the agent keeps its lease as it was.
-		if node.Lease > 0 {
-			if err := n.srv.VerifyLeader(); err == nil {
-				reply.Lease = node.Lease
-			}
+		if node.Lease > 0 && arr.confirmed() {
+			reply.Lease = node.Lease
 		}
 	}
 	reply.Index = index
@@ -191,6 +211,8 @@ func (n *Node) UpdateStatusBatch(args *structs.NodeHeartbeatBatchRequest, reply 
 	if len(args.Heartbeats) > structs.MaxHeartbeatBatch {
 		return structs.Invalid("heartbeats", fmt.Sprintf("%d in one batch, at most %d", len(args.Heartbeats), structs.MaxHeartbeatBatch))
 	}
+	arr := arrival{at: time.Now()}
+	arr.confirmed = sync.OnceValue(func() bool { return n.srv.VerifyLeader() == nil })
 	reply.Results = make([]structs.NodeHeartbeatResult, len(args.Heartbeats))
 	for i, beat := range args.Heartbeats {
 		res := &reply.Results[i]
@@ -201,7 +223,7 @@ func (n *Node) UpdateStatusBatch(args *structs.NodeHeartbeatBatchRequest, reply 
 		// Every item came through a server: it is judged by the origin
 		// it entered with, never as this connection's own call.
 		beat.SetForwarded(true)
-		if err := n.UpdateStatus(beat, &res.Response); err != nil {
+		if err := n.updateStatus(beat, &res.Response, arr); err != nil {
 			res.Error = err.Error()
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/structs"
@@ -35,6 +36,17 @@ func TestHeartbeatBatch_EachHeartbeatJudgedByItsOwnCredential(t *testing.T) {
 	mgmt := leader.Client()
 	secretA := registerNode(t, mgmt, "agent-a")
 	registerNode(t, mgmt, "agent-b")
+	// agent-a runs fenced workloads: its heartbeats renew a lease, which
+	// only a leader that confirmed its leadership after they arrived gives.
+	lease := 2 * structs.MinNodeLease
+	nodeA, _, err := mgmt.Node(harness.Ctx(t, 10*time.Second), "agent-a", structs.QueryOptions{})
+	if err != nil || nodeA == nil {
+		t.Fatalf("read agent-a: %v", err)
+	}
+	nodeA.SecretID, nodeA.Lease = secretA, lease
+	if _, err := mgmt.RegisterNode(harness.Ctx(t, 30*time.Second), nodeA); err != nil {
+		t.Fatalf("register agent-a with a lease: %v", err)
+	}
 	waitACLApplied(t, c)
 	c.WaitForApplied(leader.Server().Raft().AppliedIndex(), applyWait)
 	follower := c.Followers()[0]
@@ -72,8 +84,8 @@ func TestHeartbeatBatch_EachHeartbeatJudgedByItsOwnCredential(t *testing.T) {
 	for i, want := range []string{"", "permission_denied", "permission_denied", ""} {
 		res := resp.Results[i]
 		switch {
-		case want == "" && (res.Error != "" || res.Response.HeartbeatTTL <= 0):
-			t.Errorf("heartbeat %d (agent-a with its own secret) exp: served with a TTL got: %+v", i, res)
+		case want == "" && (res.Error != "" || res.Response.HeartbeatTTL <= 0 || res.Response.Lease != lease):
+			t.Errorf("heartbeat %d (agent-a with its own secret) exp: served with a TTL and its lease %s got: %+v", i, lease, res)
 		case want != "" && !strings.HasPrefix(res.Error, want+":"):
 			t.Errorf("heartbeat %d exp: %s got: %+v", i, want, res)
 		}
@@ -90,7 +102,7 @@ func TestHeartbeatBatch_EachHeartbeatJudgedByItsOwnCredential(t *testing.T) {
 	for range structs.MaxHeartbeatBatch + 1 {
 		tooMany.Heartbeats = append(tooMany.Heartbeats, beat("agent-a", secretA, clientOrigin))
 	}
-	err := srv.call("Node.UpdateStatusBatch", tooMany, &structs.NodeHeartbeatBatchResponse{})
+	err = srv.call("Node.UpdateStatusBatch", tooMany, &structs.NodeHeartbeatBatchResponse{})
 	if !errors.Is(err, structs.ErrInvalid) || !strings.Contains(err.Error(), "heartbeats") {
 		t.Errorf("a batch of %d exp: invalid naming heartbeats got: %v", len(tooMany.Heartbeats), err)
 	}
@@ -100,7 +112,8 @@ func TestHeartbeatBatch_EachHeartbeatJudgedByItsOwnCredential(t *testing.T) {
 	agent := mustDialAs(t, c, follower.Addr, tlsutil.RoleClient)
 	const n = 20
 	errs := make([]error, n)
-	ttls := make([]int64, n)
+	ttls := make([]time.Duration, n)
+	leases := make([]time.Duration, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -110,13 +123,13 @@ func TestHeartbeatBatch_EachHeartbeatJudgedByItsOwnCredential(t *testing.T) {
 			args.AuthToken = secretA
 			var reply structs.NodeUpdateResponse
 			errs[i] = agent.call("Node.UpdateStatus", args, &reply)
-			ttls[i] = int64(reply.HeartbeatTTL)
+			ttls[i], leases[i] = reply.HeartbeatTTL, reply.Lease
 		}()
 	}
 	wg.Wait()
 	for i := range n {
-		if errs[i] != nil || ttls[i] <= 0 {
-			t.Errorf("heartbeat %d through %s exp: answered with a TTL got: ttl %d, %v", i, follower.Name, ttls[i], errs[i])
+		if errs[i] != nil || ttls[i] <= 0 || leases[i] != lease {
+			t.Errorf("heartbeat %d through %s exp: answered with a TTL and the lease %s got: ttl %s, lease %s, %v", i, follower.Name, lease, ttls[i], leases[i], errs[i])
 		}
 	}
 	if t.Failed() {
