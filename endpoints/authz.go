@@ -473,24 +473,40 @@ func (c *caller) isNode(nodeID string) bool {
 		return false
 	}
 	n, err := c.srv.State().NodeByID(nil, nodeID)
-	if err != nil || n == nil || n.SecretID == "" {
+	if err != nil {
+		return false
+	}
+	return c.holdsSecretOf(n)
+}
+
+// holdsSecretOf reports whether the caller's token is node n's secret, for
+// a handler that has read the node already.
+func (c *caller) holdsSecretOf(n *structs.Node) bool {
+	if n == nil || n.SecretID == "" || c.token == "" {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(n.SecretID), []byte(c.token)) == 1
 }
 
-// provedNode reports whether the caller showed nodeID's own secret: as the
-// access check found it (c.node, with ACLs on), or, with ACLs off, where
-// the check did not look, by comparing it now. Binding a node's session
-// needs this proof whether or not ACLs are on (decision 37).
-func (c *caller) provedNode(nodeID string) bool {
+// provedNode reports whether the caller showed the node's own secret: as
+// the access check found it (c.node, with ACLs on), or, with ACLs off,
+// where the check did not look, by comparing it now (read, the node as the
+// handler read it, saves reading it again; nil reads it). Binding a node's
+// session needs this proof whether or not ACLs are on (decision 37).
+func (c *caller) provedNode(nodeID string, read *structs.Node) bool {
 	if c == nil || nodeID == "" {
 		return false
 	}
 	if c.node != "" {
 		return c.node == nodeID
 	}
-	return !c.srv.ACLEnabled() && c.isNode(nodeID)
+	if c.srv.ACLEnabled() {
+		return false
+	}
+	if read != nil && read.ID == nodeID {
+		return c.holdsSecretOf(read)
+	}
+	return c.isNode(nodeID)
 }
 
 // nodeKnown reports whether this server has applied nodeID's registration.

@@ -142,7 +142,7 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		// The leader took the call; the session is the node's only if
 		// the caller proved the node's secret here (provedNode), not if a
 		// token allowed it.
-		if err == nil && !forwarded && c.provedNode(args.NodeID) {
+		if err == nil && !forwarded && c.provedNode(args.NodeID, nil) {
 			n.bindSession(args.NodeID, forwarded)
 		}
 		return err
@@ -155,9 +155,6 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	}
 	if arr.confirmed == nil {
 		arr.confirmed = func() bool { return n.srv.VerifyLeader() == nil }
-	}
-	if !forwarded && c.provedNode(args.NodeID) {
-		n.bindSession(args.NodeID, forwarded)
 	}
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
@@ -174,6 +171,9 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	}
 	if node == nil {
 		return structs.NotFound("node", args.NodeID)
+	}
+	if !forwarded && c.provedNode(args.NodeID, node) {
+		n.bindSession(args.NodeID, forwarded)
 	}
 	index := node.ModifyIndex
 	if node.Status != args.Status {
