@@ -74,7 +74,13 @@ func mustServeLeader(t *testing.T) (string, *Leader) {
 	if err := rs.RegisterName("Test", svc); err != nil {
 		t.Fatal(err)
 	}
-	addr := testutil.ServeLoopback(t, func(c net.Conn) {
+	return serveRPC(t, rs), svc
+}
+
+// serveRPC serves rs on loopback as a claimd server does: ProtoMux, then a
+// codec per yamux stream.
+func serveRPC(t *testing.T, rs *netrpc.Server) string {
+	return testutil.ServeLoopback(t, func(c net.Conn) {
 		if _, ok := testutil.ReadProtocolByte(c); !ok {
 			return
 		}
@@ -82,7 +88,6 @@ func mustServeLeader(t *testing.T) (string, *Leader) {
 			rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
 		})
 	})
-	return addr, svc
 }
 
 func newTestForwarder(t *testing.T, ls LeaderSource, hold time.Duration) *Forwarder {

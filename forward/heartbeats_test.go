@@ -3,16 +3,11 @@ package forward
 import (
 	"errors"
 	"fmt"
-	"net"
 	netrpc "net/rpc"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/claimd/claimd/internal/testutil"
-	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -75,15 +70,7 @@ func serveBeatLeader(t *testing.T, batches bool) (string, *beatLeader) {
 	if err := rs.RegisterName("Node", svc); err != nil {
 		t.Fatal(err)
 	}
-	addr := testutil.ServeLoopback(t, func(c net.Conn) {
-		if _, ok := testutil.ReadProtocolByte(c); !ok {
-			return
-		}
-		testutil.ServeMuxStreams(c, rpc.YamuxConfig(hclog.NewNullLogger()), nil, func(s net.Conn) {
-			rs.ServeCodec(rpc.NewServerCodec(s, rpc.MaxRequestBytes))
-		})
-	})
-	return addr, l
+	return serveRPC(t, rs), l
 }
 
 // beatAll forwards n heartbeats at once (node i is "node-i", or "unknown"
