@@ -249,6 +249,36 @@ func TestNodeUpdateStatus_ACLsOffOnlyTheNodesSecretBindsItsSession(t *testing.T)
 	}
 }
 
+// A heartbeat batch from a server brings nodes that were down back to
+// ready, each heartbeat on its own node secret; one for a node that does
+// not exist fails alone.
+func TestNodeUpdateStatusBatch_BringsDownNodesBack(t *testing.T) {
+	w := newWorld(t, true)
+	w.state.Must(t, structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusDown})
+	w.state.Must(t, structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n2", Status: structs.NodeStatusDown})
+	node := w.receivers(w.conn(tlsutil.RoleServer))["Node"].(*Node)
+	origin := structs.CallOrigin{TLS: true, Role: string(tlsutil.RoleClient)}
+	args := &structs.NodeHeartbeatBatchRequest{}
+	for _, id := range []string{"n1", "gone", "n2"} {
+		hb := &structs.NodeUpdateStatusRequest{NodeID: id, Status: structs.NodeStatusReady}
+		hb.AuthToken, hb.Forwarded, hb.Origin = "s-"+id, true, origin
+		args.Heartbeats = append(args.Heartbeats, hb)
+	}
+	var reply structs.NodeHeartbeatBatchResponse
+	if err := node.UpdateStatusBatch(args, &reply); err != nil {
+		t.Fatalf("batch from a server exp: answered got: %v", err)
+	}
+	if len(reply.Results) != 3 || reply.Results[0].Error != "" || reply.Results[2].Error != "" || reply.Results[1].Error == "" {
+		t.Fatalf("results exp: n1 and n2 served, the unknown node refused got: %+v", reply.Results)
+	}
+	for _, id := range []string{"n1", "n2"} {
+		n, err := w.state.State().NodeByID(nil, id)
+		if err != nil || n == nil || n.Status != structs.NodeStatusReady {
+			t.Errorf("%s after its batched heartbeat exp: ready got: %+v, %v", id, n, err)
+		}
+	}
+}
+
 // On a follower, a call is decided where it entered: a client
 // certificate's RaftJoin and a token without the capability are refused
 // without forwarding; an allowed call goes to the leader carrying the

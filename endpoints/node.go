@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -214,20 +215,40 @@ func (n *Node) UpdateStatusBatch(args *structs.NodeHeartbeatBatchRequest, reply 
 	arr := arrival{at: time.Now()}
 	arr.confirmed = sync.OnceValue(func() bool { return n.srv.VerifyLeader() == nil })
 	reply.Results = make([]structs.NodeHeartbeatResult, len(args.Heartbeats))
-	for i, beat := range args.Heartbeats {
-		res := &reply.Results[i]
-		if beat == nil {
-			res.Error = structs.Invalid(fmt.Sprintf("heartbeats[%d]", i), "empty").Error()
-			continue
-		}
-		// Every item came through a server: it is judged by the origin
-		// it entered with, never as this connection's own call.
-		beat.SetForwarded(true)
-		if err := n.updateStatus(beat, &res.Response, arr); err != nil {
-			res.Error = err.Error()
-		}
+	// A few workers serve the batch, so that heartbeats that change their
+	// node's status (each a log entry that waits for its commit) share
+	// Raft rounds as single calls would, after many nodes come back at
+	// once; the usual heartbeat writes nothing and takes microseconds.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(heartbeatBatchWorkers, len(args.Heartbeats)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(args.Heartbeats); i = int(next.Add(1) - 1) {
+				n.serveBatchedBeat(i, args.Heartbeats[i], &reply.Results[i], arr)
+			}
+		}()
 	}
+	wg.Wait()
 	return nil
+}
+
+// heartbeatBatchWorkers is how many of a batch's heartbeats are served at
+// once.
+const heartbeatBatchWorkers = 8
+
+func (n *Node) serveBatchedBeat(i int, beat *structs.NodeUpdateStatusRequest, res *structs.NodeHeartbeatResult, arr arrival) {
+	if beat == nil {
+		res.Error = structs.Invalid(fmt.Sprintf("heartbeats[%d]", i), "empty").Error()
+		return
+	}
+	// Every item came through a server: it is judged by the origin it
+	// entered with, never as this connection's own call.
+	beat.SetForwarded(true)
+	if err := n.updateStatus(beat, &res.Response, arr); err != nil {
+		res.Error = err.Error()
+	}
 }
 
 // Deregister removes nodes; their allocations become lost.
