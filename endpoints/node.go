@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -215,28 +214,34 @@ func (n *Node) UpdateStatusBatch(args *structs.NodeHeartbeatBatchRequest, reply 
 	arr := arrival{at: time.Now()}
 	arr.confirmed = sync.OnceValue(func() bool { return n.srv.VerifyLeader() == nil })
 	reply.Results = make([]structs.NodeHeartbeatResult, len(args.Heartbeats))
-	// A few workers serve the batch, so that heartbeats that change their
-	// node's status (each a log entry that waits for its commit) share
-	// Raft rounds as single calls would, after many nodes come back at
-	// once; the usual heartbeat writes nothing and takes microseconds.
-	var next atomic.Int64
+	// Served in order, except that a heartbeat that changes its node's
+	// status (a log entry that waits for its commit) is served on its own
+	// goroutine: after many nodes come back at once, those share Raft
+	// rounds as single calls would. The usual heartbeat writes nothing and
+	// takes microseconds; goroutines for it only cost the idle leader.
 	var wg sync.WaitGroup
-	for range min(heartbeatBatchWorkers, len(args.Heartbeats)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(args.Heartbeats); i = int(next.Add(1) - 1) {
-				n.serveBatchedBeat(i, args.Heartbeats[i], &reply.Results[i], arr)
-			}
-		}()
+	for i, beat := range args.Heartbeats {
+		if beat != nil && n.changesStatus(beat) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n.serveBatchedBeat(i, beat, &reply.Results[i], arr)
+			}()
+			continue
+		}
+		n.serveBatchedBeat(i, beat, &reply.Results[i], arr)
 	}
 	wg.Wait()
 	return nil
 }
 
-// heartbeatBatchWorkers is how many of a batch's heartbeats are served at
-// once.
-const heartbeatBatchWorkers = 8
+// changesStatus reports whether a heartbeat would change its node's status
+// as this server's state has it now (only a guess for scheduling: the
+// handler reads the node again).
+func (n *Node) changesStatus(beat *structs.NodeUpdateStatusRequest) bool {
+	node, err := n.srv.State().NodeByID(nil, beat.NodeID)
+	return err == nil && node != nil && node.Status != beat.Status
+}
 
 func (n *Node) serveBatchedBeat(i int, beat *structs.NodeUpdateStatusRequest, res *structs.NodeHeartbeatResult, arr arrival) {
 	if beat == nil {
