@@ -146,15 +146,9 @@ func TestProcesses_SecureClusterAsInREADME(t *testing.T) {
 	addrs := []string{harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t)}
 	var procs []*harness.Process
 	for i, suffix := range []string{"", "-1", "-2"} {
-		var join []string
-		for j, a := range addrs {
-			if j != i {
-				join = append(join, a)
-			}
-		}
 		name := fmt.Sprintf("s%d", i+1)
 		procs = append(procs, harness.StartProcess(t, name, "agent", "-server", "-bootstrap-expect", "3",
-			"-data-dir", filepath.Join(dir, name), "-bind", addrs[i], "-join", strings.Join(join, ","),
+			"-data-dir", filepath.Join(dir, name), "-bind", addrs[i], "-join", harness.JoinOthers(addrs, i),
 			"-node-name", name, "-raft-multiplier", "0.2", "-log-level", "debug",
 			"-tls-ca-file", ca,
 			"-tls-cert-file", filepath.Join(pki, "global-server-claimd"+suffix+".pem"),

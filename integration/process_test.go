@@ -54,15 +54,9 @@ func TestProcesses_ThreeServersFormClusterAndSurviveLeaderKill(t *testing.T) {
 	procs := map[string]*harness.Process{}
 	// Start in reverse order: the order must not matter.
 	for i := 2; i >= 0; i-- {
-		var join []string
-		for j, a := range addrs {
-			if j != i {
-				join = append(join, a)
-			}
-		}
 		name := fmt.Sprintf("s%d", i+1)
 		procs[addrs[i]] = harness.StartProcess(t, name, "agent", "-server",
-			"-bootstrap-expect", "3", "-join", strings.Join(join, ","),
+			"-bootstrap-expect", "3", "-join", harness.JoinOthers(addrs, i),
 			"-bind", addrs[i], "-data-dir", filepath.Join(dir, name), "-node-name", name,
 			"-raft-multiplier", "0.2", "-log-level", "debug")
 	}

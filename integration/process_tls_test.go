@@ -137,17 +137,11 @@ func TestProcesses_TLSCertificateReloadOnSIGHUPKeepsLeader(t *testing.T) {
 	var procs []*harness.Process
 	byAddr := map[string]int{}
 	for i := range addrs {
-		var join []string
-		for j, a := range addrs {
-			if j != i {
-				join = append(join, a)
-			}
-		}
 		name := fmt.Sprintf("s%d", i+1)
 		// Production Raft timings: an election during the observation
 		// window must come from the reload, not from a busy machine.
 		procs = append(procs, harness.StartProcess(t, name, "agent", "-server",
-			"-bootstrap-expect", "3", "-join", strings.Join(join, ","),
+			"-bootstrap-expect", "3", "-join", harness.JoinOthers(addrs, i),
 			"-bind", addrs[i], "-data-dir", filepath.Join(dir, name), "-node-name", name,
 			"-tls-ca-file", caFile, "-tls-cert-file", certs[i], "-tls-key-file", keys[i],
 			"-acl-enabled", "-log-level", "info"))

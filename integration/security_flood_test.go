@@ -54,17 +54,11 @@ func startFloodCluster(t *testing.T) *floodCluster {
 	dir := t.TempDir()
 	fc := &floodCluster{pki: pki, addrs: []string{harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t)}}
 	for i, addr := range fc.addrs {
-		var join []string
-		for j, a := range fc.addrs {
-			if j != i {
-				join = append(join, a)
-			}
-		}
 		name := fmt.Sprintf("s%d", i+1)
 		// Production Raft timings: a leadership change during the flood
 		// must come from the flood starving the leader.
 		fc.procs = append(fc.procs, harness.StartProcess(t, name, "agent", "-server",
-			"-bootstrap-expect", "3", "-join", strings.Join(join, ","),
+			"-bootstrap-expect", "3", "-join", harness.JoinOthers(fc.addrs, i),
 			"-bind", addr, "-data-dir", filepath.Join(dir, name), "-node-name", name,
 			"-tls-ca-file", pki.CAFile, "-tls-cert-file", pki.CertFile[tlsutil.RoleServer],
 			"-tls-key-file", pki.KeyFile[tlsutil.RoleServer], "-acl-enabled", "-log-level", "info"))

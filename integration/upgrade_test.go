@@ -89,15 +89,9 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	addrs := []string{harness.FreeAddr(t), harness.FreeAddr(t), harness.FreeAddr(t)}
 	servers := map[string]*harness.Process{}
 	for i, suffix := range []string{"", "-1", "-2"} {
-		var join []string
-		for j, a := range addrs {
-			if j != i {
-				join = append(join, a)
-			}
-		}
 		name := fmt.Sprintf("s%d", i+1)
 		servers[addrs[i]] = harness.StartProcessWith(t, old, name, "agent", "-server", "-bootstrap-expect", "3",
-			"-data-dir", filepath.Join(dir, name), "-bind", addrs[i], "-join", strings.Join(join, ","),
+			"-data-dir", filepath.Join(dir, name), "-bind", addrs[i], "-join", harness.JoinOthers(addrs, i),
 			"-node-name", name, "-raft-multiplier", "0.2",
 			"-tls-ca-file", ca, "-tls-cert-file", pki("global-server-claimd"+suffix+".pem"),
 			"-tls-key-file", pki("global-server-claimd"+suffix+"-key.pem"), "-acl-enabled")

@@ -218,3 +218,15 @@ func RunCLIEnv(t testing.TB, env []string, args ...string) CLIResult {
 
 // FreeAddr reserves a loopback address for a process to listen on.
 func FreeAddr(t testing.TB) string { return freeAddr(t) }
+
+// JoinOthers is the -join value for the server at addrs[i]: every other
+// address, comma-separated.
+func JoinOthers(addrs []string, i int) string {
+	others := make([]string, 0, len(addrs))
+	for j, a := range addrs {
+		if j != i {
+			others = append(others, a)
+		}
+	}
+	return strings.Join(others, ",")
+}
