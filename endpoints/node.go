@@ -135,6 +135,15 @@ type arrival struct {
 	confirmed func() bool
 }
 
+// leaderConfirmed asks the batch's shared confirmation, or a quorum for this
+// heartbeat alone.
+func (a arrival) leaderConfirmed(srv *Deps) bool {
+	if a.confirmed != nil {
+		return a.confirmed()
+	}
+	return srv.VerifyLeader() == nil
+}
+
 func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse, arr arrival) error {
 	forwarded := args.IsForwarded()
 	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true }))
@@ -152,9 +161,6 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	received := time.Now()
 	if !arr.at.IsZero() {
 		received = arr.at
-	}
-	if arr.confirmed == nil {
-		arr.confirmed = func() bool { return n.srv.VerifyLeader() == nil }
 	}
 	if err := structs.ValidateID("node_id", args.NodeID); err != nil {
 		return err
@@ -188,7 +194,7 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		// yet must not keep a node writing while the new leader's
 		// clock runs (decision 39). An unconfirmed leader still
 		// answers; the agent keeps its lease as it was.
-		if node.Lease > 0 && arr.confirmed() {
+		if node.Lease > 0 && arr.leaderConfirmed(n.srv) {
 			reply.Lease = node.Lease
 		}
 	}
