@@ -12,14 +12,23 @@ import (
 // disagree (reconciliation, issue 27). They take the same lock the
 // controller does, so they never interleave with a publish.
 
-// StorageAttach records volumeID as attached to nodeID under root.
+// StorageAttach records volumeID as attached to nodeID under root, as a
+// single-node writer. An attachment already there stays as it is and the
+// call fails: the tool adds attachments, it does not rewrite the CO's.
 func StorageAttach(root, volumeID, nodeID string, readOnly bool) error {
 	if !validID(volumeID) || nodeID == "" {
 		return fmt.Errorf("hostdir: volume %q or node %q is not valid", volumeID, nodeID)
 	}
-	return editAttachments(root, volumeID, func(a *attachments) {
-		a.Nodes[nodeID] = attachment{AccessMode: "SINGLE_NODE_WRITER", ReadOnly: readOnly, Since: time.Now().UTC()}
+	var present bool
+	err := editAttachments(root, volumeID, func(a *attachments) {
+		if _, present = a.Nodes[nodeID]; !present {
+			a.Nodes[nodeID] = attachment{AccessMode: "SINGLE_NODE_WRITER", ReadOnly: readOnly, Since: time.Now().UTC()}
+		}
 	})
+	if err == nil && present {
+		err = fmt.Errorf("hostdir: volume %q is already attached to node %q", volumeID, nodeID)
+	}
+	return err
 }
 
 // StorageDetach removes volumeID's attachment to nodeID under root.

@@ -247,15 +247,19 @@ func checkAudit(in auditInput, logs map[string][]hostdir.AuditEntry) []string {
 		access := in.access[e.Volume]
 		switch e.Method {
 		case "TamperAttach":
-			if !attached[e.Volume][e.Node] {
-				orphans[k] = true
-			}
+			// Always an orphan, even where claimd attached the volume
+			// to that node before: the nemesis adds only where the
+			// storage has no attachment, so claimd's was removed behind
+			// its back first, and the storage now holds the nemesis's
+			// attachment in the nemesis's mode (single-node writer),
+			// which the plugin may refuse another node for.
+			orphans[k] = true
 		case "TamperDetach":
 			delete(orphans, k)
 		case "ControllerPublishVolume":
 			if strings.Contains(e.Result, "cannot also attach") || strings.Contains(e.Result, "already has a writer") {
 				if m := refusedFor.FindStringSubmatch(e.Result); m == nil || !orphans[pair{e.Volume, m[1]}] {
-					report(e, "S1: the controller was asked to attach single-writer volume %s to a second node", e.Volume)
+					report(e, "S1: claimd asked the controller to attach volume %s (%s) to a node its own attachments exclude", e.Volume, access)
 				}
 			}
 			if !ok {

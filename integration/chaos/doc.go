@@ -137,7 +137,10 @@ package chaos
 // for (orphans) and removes attachments live claims rely on (missing). The
 // checkers then still require that no single-node volume was attached to
 // two nodes by claimd, that a refusal the plugin gave was caused by an
-// orphan the nemesis made (the audit replay carries its changes), that no
+// orphan the nemesis made (the audit replay carries its changes; an orphan
+// may stand where claimd's own attachment was until the nemesis removed
+// it, and holds the nemesis's single-node mode, so a multi-node volume's
+// publish to another node can be refused for it), that no
 // ControllerUnpublish — a reconciler's repair included — came while that
 // node had the volume mounted, and that the storage itself holds nothing
 // of the mount pool once every claim is freed. The mount pool is under

@@ -207,6 +207,38 @@ func TestAudit_TamperedOrphans(t *testing.T) {
 	}
 }
 
+// An orphan the nemesis puts where claimd's own attachment was (removed
+// behind claimd's back first) is still the nemesis's: it holds the
+// nemesis's single-node mode, so a multi-node volume's next publish to
+// another node is refused for it (chaos seed 8165787948544656). Once
+// claimd detaches that node, the same refusal is a violation again.
+func TestAudit_TamperedOrphanInPlaceOfClaimdsAttachment(t *testing.T) {
+	in := auditInput{access: map[string]structs.AccessMode{"mnmw": structs.AccessModeMultiNodeMultiWriter}}
+	tamper := func(attach bool, at int) tamperEvent {
+		return tamperEvent{Time: time.Unix(1000, int64(at)*int64(time.Millisecond)), Attach: attach, Volume: "mnmw", Node: "n2"}
+	}
+	published := audit("ControllerPublishVolume", "mnmw", "n2", "", "ok", 1)
+	refused := audit("ControllerPublishVolume", "mnmw", "n1", "", "volume mnmw is attached to node n2 (SINGLE_NODE_WRITER); a single-node volume cannot also attach to node n1", 5)
+	detached := audit("ControllerUnpublishVolume", "mnmw", "n2", "", "ok", 4)
+	cases := []struct {
+		name    string
+		tampers []tamperEvent
+		entries []hostdir.AuditEntry
+		want    string
+	}{
+		{"claimd's attachment replaced by an orphan", []tamperEvent{tamper(false, 2), tamper(true, 3)}, []hostdir.AuditEntry{published, refused}, ""},
+		{"the orphan detached by claimd before the refusal", []tamperEvent{tamper(false, 2), tamper(true, 3)}, []hostdir.AuditEntry{published, detached, refused}, "S1"},
+		{"claimd's attachment only removed", []tamperEvent{tamper(false, 2)}, []hostdir.AuditEntry{published, refused}, "S1"},
+	}
+	for _, tc := range cases {
+		in.tampers = tc.tampers
+		got := strings.Join(checkAudit(in, map[string][]hostdir.AuditEntry{"controller": tc.entries}), "\n")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: audit problems exp: %q got: %q", tc.name, tc.want, got)
+		}
+	}
+}
+
 // prune must not make a linearizable history illegal: the patterns it
 // removes or merges (claims with no answer that no read saw, unconfirmed
 // stops of allocations that never held a claim, a drop, a stop and a
