@@ -112,9 +112,15 @@ func ReadFrame(r io.Reader, v any) error {
 	if size > MaxFrameBytes {
 		return fmt.Errorf("snapshot stream: frame of %d bytes, at most %d", size, MaxFrameBytes)
 	}
-	body := make([]byte, size)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// Grown as the bytes arrive, not allocated at the declared size: a
+	// peer that declares 64 KiB and sends 10 bytes holds 10 bytes (the
+	// request frame is read before any token is checked).
+	body, err := io.ReadAll(io.LimitReader(r, int64(size)))
+	if err != nil {
 		return fmt.Errorf("snapshot stream: read frame: %w", err)
+	}
+	if len(body) < int(size) {
+		return fmt.Errorf("snapshot stream: read frame: %w", io.ErrUnexpectedEOF)
 	}
 	if err := structs.Decode(body, v); err != nil {
 		return fmt.Errorf("snapshot stream: decode frame: %w", err)

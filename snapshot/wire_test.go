@@ -2,9 +2,11 @@ package snapshot
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/claimd/claimd/structs"
@@ -74,5 +76,30 @@ func TestFrames_RoundTripAndBounds(t *testing.T) {
 	}
 	if ok := ResponseFor(nil, 9); ok.Err() != nil || ok.Index != 9 {
 		t.Fatalf("success response exp: no error, index 9 got: %+v", ok)
+	}
+}
+
+// A frame's buffer grows with the bytes that arrive, not with the length
+// the peer declares: the request frame is read before any token is
+// checked, so a peer that declares the largest frame and sends a few
+// bytes must not make the server hold the declared size.
+func TestReadFrame_DeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
+	var head [4]byte
+	binary.BigEndian.PutUint32(head[:], MaxFrameBytes)
+	short := append(head[:], make([]byte, 10)...)
+	const frames = 200
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range frames {
+		var req Request
+		if err := ReadFrame(bytes.NewReader(short), &req); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("frame cut short exp: ErrUnexpectedEOF got: %v", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// Allocated up front, 200 frames would take 200 × 64 KiB = 12.5 MiB.
+	if got := after.TotalAlloc - before.TotalAlloc; got > frames*MaxFrameBytes/8 {
+		t.Fatalf("reading %d short frames allocated %d bytes, more than an eighth of their declared %d", frames, got, frames*MaxFrameBytes)
 	}
 }
