@@ -18,7 +18,7 @@ import (
 // guard lets through ends 400 or 503, never 403 or 415) and returns the
 // status and error.
 func serveWithHeaders(s *Server, method, target, ctype string, header map[string]string, body io.Reader) (int, errorBody) {
-	r := httptest.NewRequest(method, target, body)
+	r := apiRequest(method, target, body)
 	if ctype != "" {
 		r.Header.Set("Content-Type", ctype)
 	}
@@ -111,7 +111,7 @@ func TestGuard_BodyLimitsPerRoute(t *testing.T) {
 		{"a spec under the small limit", "PUT", "/v1/volume/v", 0, over(100), http.StatusServiceUnavailable, ""},
 	}
 	for _, c := range cases {
-		r := httptest.NewRequest(c.method, c.target, strings.NewReader(c.body))
+		r := apiRequest(c.method, c.target, strings.NewReader(c.body))
 		r.Header.Set("Content-Type", "application/json")
 		switch {
 		case c.length == -1:

@@ -29,7 +29,7 @@ func newTestServer(t *testing.T) *Server {
 }
 
 func serve(s *Server, method, target, body string) (*httptest.ResponseRecorder, errorBody) {
-	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r := apiRequest(method, target, strings.NewReader(body))
 	if body != "" {
 		r.Header.Set("Content-Type", "application/json")
 	}

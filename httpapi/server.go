@@ -56,7 +56,11 @@ type Config struct {
 	// Metrics serves GET /v1/metrics once the caller's token is checked
 	// (telemetry.Telemetry's Handler); nil: the route answers 404.
 	Metrics http.Handler
-	Logger  hclog.Logger
+	// AllowedHosts are the names, besides IP addresses, localhost and
+	// this machine's own name, a request over plain HTTP may address
+	// the API by (its Host header; hosts.go). Unused with TLS.
+	AllowedHosts []string
+	Logger       hclog.Logger
 }
 
 // RaftSource is what the health check needs of a server.
@@ -93,6 +97,9 @@ type Server struct {
 	// crossOrigin refuses state-changing requests a browser marks as
 	// coming from another origin (guard.go).
 	crossOrigin *http.CrossOriginProtection
+	// hosts are the names a plain-HTTP request's Host may carry
+	// (hosts.go); nil with TLS.
+	hosts map[string]bool
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -129,6 +136,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, logger: cfg.Logger, api: cl, mux: http.NewServeMux(), base: base, cancel: cancel,
 		largeBodies: make(chan struct{}, maxLargeBodies), bodyTimeout: bodyReadTimeout,
 		crossOrigin: http.NewCrossOriginProtection()}
+	if cfg.TLS == nil {
+		s.hosts = allowedHosts(cfg.AllowedHosts)
+	}
 	s.routes()
 	return s, nil
 }
@@ -142,6 +152,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Every body, even one sent to no route, has a deadline before
 	// anything reads it (guard.go).
 	s.limitBodyRead(w, r)
+	if !s.hostAllowed(r.Host) {
+		writeJSONError(w, http.StatusForbidden, "permission_denied", fmt.Sprintf(
+			"Host %q: over plain HTTP this agent answers only requests addressed to an IP address, localhost, its machine's name or a name in -http-allowed-hosts (a page on another domain pointed at this address sends its own name: DNS rebinding)",
+			r.Host))
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		release, ok := s.guard(w, r, pattern)
 		defer release()

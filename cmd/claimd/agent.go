@@ -55,6 +55,7 @@ type agentFlags struct {
 	clockRate       float64
 	debugAddr       string
 	httpAddr        string
+	httpHosts       string // -http-allowed-hosts, comma-separated
 	tls             tlsutil.Config
 	tlsAllowPlain   bool
 	aclEnabled      bool
@@ -156,6 +157,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.StringVar(&f.fenceCommand, "fence-command", "", "client: shell command run before a fence unmounts a volume, to stop what writes through it (env CLAIMD_ALLOC_ID, CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH, CLAIMD_NODE_ID)")
 	fs.Float64Var(&f.clockRate, "clock-rate", 1, "testing only: run this client's lease clock at this rate of real time (0.5-2)")
 	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
+	fs.StringVar(&f.httpHosts, "http-allowed-hosts", "", "over plain HTTP, names besides IP addresses, localhost and this machine's name the HTTP API may be addressed by (comma-separated; others are refused, against DNS rebinding)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's pprof profiles on this host:port (loopback only, e.g. 127.0.0.1:6060)")
 	fs.BoolVar(&f.leaveOnTerm, "leave-on-terminate", false, "leave the Raft configuration on SIGINT/SIGTERM instead of just stopping")
 	fs.BoolVar(&f.apCleanupDead, "autopilot-cleanup-dead-servers", false, "server: the leader removes a server unreachable for 5 minutes from the Raft configuration, only while a quorum stays")
@@ -213,6 +215,9 @@ func (a *agent) start() error {
 	}
 	if !a.f.server && !a.f.client {
 		return errors.New("choose -server, -client or -dev")
+	}
+	if err := hostNames(splitList(a.f.httpHosts)); err != nil {
+		return fmt.Errorf("-http-allowed-hosts: %w", err)
 	}
 	if err := a.startDebug(); err != nil {
 		return fmt.Errorf("-debug-addr: %w", err)

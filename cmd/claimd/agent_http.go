@@ -24,7 +24,8 @@ func httpDisabled(addr string) bool { return addr == "" || addr == "off" }
 func startHTTP(f agentFlags, srv *server.Server, agent *client.Agent, servers []string, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*httpapi.Server, error) {
 	cfg := httpapi.Config{
 		Addr: f.httpAddr, TLS: tlsConf, RPCAddrs: servers, Logger: logger.Named("http"),
-		Self: httpapi.Self{Config: selfConfig(&f)},
+		AllowedHosts: splitList(f.httpHosts),
+		Self:         httpapi.Self{Config: selfConfig(&f)},
 	}
 	// Metrics: claimd's and hashicorp/raft's, in one registry (package
 	// telemetry), served at /v1/metrics behind the operator:read check.

@@ -84,6 +84,7 @@ var configKeys = []configKey{
 	{"", "bind", "bind", kString, false, hostPort, func(f *agentFlags) any { return &f.bind }},
 	{"", "advertise", "advertise", kString, false, hostPort, func(f *agentFlags) any { return &f.advertise }},
 	{"", "http_addr", "http-addr", kString, false, httpAddr, func(f *agentFlags) any { return &f.httpAddr }},
+	{"", "http_allowed_hosts", "http-allowed-hosts", kList, false, hostNames, func(f *agentFlags) any { return &f.httpHosts }},
 	{"", "region", "region", kString, false, nonEmpty, func(f *agentFlags) any { return &f.tls.Region }},
 	{"", "log_level", "log-level", kString, true, logLevel, func(f *agentFlags) any { return &f.logLevel }},
 	{"", "log_json", "log-json", kBool, false, nil, func(f *agentFlags) any { return &f.logJSON }},
@@ -543,6 +544,17 @@ func httpAddr(v any) error {
 		return nil
 	}
 	return hostPort(v)
+}
+
+// hostNames are DNS names without a port or scheme, as
+// -http-allowed-hosts takes them.
+func hostNames(v any) error {
+	for _, s := range v.([]string) {
+		if s == "" || strings.ContainsAny(s, ":/ ") {
+			return fmt.Errorf("%q is not a host name (no port, scheme or path)", s)
+		}
+	}
+	return nil
 }
 
 func hostPorts(v any) error {

@@ -29,6 +29,7 @@ data_dir   = "/var/lib/claimd"
 bind       = "10.0.0.1:4647"
 advertise  = "10.0.0.1:4647"
 http_addr  = "127.0.0.1:4646"
+http_allowed_hosts = ["claimd.internal"]
 region     = "eu"
 log_level  = "warn"
 log_json   = true
@@ -90,7 +91,7 @@ telemetry {
 
 const fullJSON = `{
   "node_name": "s1", "data_dir": "/var/lib/claimd", "bind": "10.0.0.1:4647", "advertise": "10.0.0.1:4647",
-  "http_addr": "127.0.0.1:4646", "region": "eu", "log_level": "warn", "log_json": true,
+  "http_addr": "127.0.0.1:4646", "http_allowed_hosts": ["claimd.internal"], "region": "eu", "log_level": "warn", "log_json": true,
   "debug_addr": "127.0.0.1:6060", "dev": false, "dev_insecure": false,
   "server": {
     "enabled": true, "bootstrap_expect": 3, "join": ["10.0.0.2:4647", "10.0.0.3:4647"],
@@ -154,7 +155,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 	}
 	exp := agentFlags{
 		nodeName: "s1", dataDir: "/var/lib/claimd", bind: "10.0.0.1:4647", advertise: "10.0.0.1:4647",
-		httpAddr: "127.0.0.1:4646", logLevel: "warn", logJSON: true, debugAddr: "127.0.0.1:6060",
+		httpAddr: "127.0.0.1:4646", httpHosts: "claimd.internal", logLevel: "warn", logJSON: true, debugAddr: "127.0.0.1:6060",
 		server: true, bootstrapExpect: 3, join: "10.0.0.2:4647,10.0.0.3:4647", raftMultiplier: 1.5, raftLogStore: "wal",
 		heartbeatTTL: 20 * time.Second, claimGCInterval: 10 * time.Minute, reconcileEvery: 5 * time.Minute, releaseWorkers: 8,
 		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
@@ -360,6 +361,7 @@ func TestConfigFile_BadFilesAreRefusedNamingFileLineAndKey(t *testing.T) {
 		{"bad log level", "a.hcl", "log_level = \"loud\"\n", []string{"a.hcl:1:", "log_level", `"loud" is not one of`}},
 		{"bad address", "a.hcl", "\nbind = \"10.0.0.1\"\n", []string{"a.hcl:2:", "bind", "not host:port"}},
 		{"bad http address", "a.hcl", "http_addr = \"on\"\n", []string{"a.hcl:1:", "http_addr", "not host:port"}},
+		{"an allowed host with a port", "a.hcl", "http_allowed_hosts = [\"claimd.internal:4646\"]\n", []string{"a.hcl:1:", "http_allowed_hosts", "not a host name"}},
 		{"unknown plugin type", "a.hcl", "client {\n  plugin \"p\" {\n    type = \"sidecar\"\n    socket = \"/run/p.sock\"\n  }\n}\n",
 			[]string{"a.hcl:2:", `client.plugin "p"`, `"sidecar" is not node, controller or monolith`}},
 		{"plugin without socket", "a.hcl", "client {\n  plugin \"p\" {\n    type = \"node\"\n  }\n}\n",
