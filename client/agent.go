@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -316,7 +315,7 @@ func (a *Agent) absDataDir() string {
 // follower's stale read right after the node registered): that passes by
 // itself, and at start it always happens once.
 func logRetry(logger hclog.Logger, err error, msg string, args ...any) {
-	if errors.Is(err, structs.ErrUnavailable) && strings.Contains(err.Error(), "does not know node") {
+	if structs.IsNodeNotYetKnown(err) {
 		logger.Debug(msg, args...)
 		return
 	}

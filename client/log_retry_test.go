@@ -1,6 +1,7 @@
 package client
 
 import (
+	"net/rpc"
 	"strings"
 	"testing"
 
@@ -14,7 +15,10 @@ import (
 func TestLogRetry_NotYetKnownIsNotAWarning(t *testing.T) {
 	var out strings.Builder
 	logger := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info})
-	logRetry(logger, structs.NewError(structs.CodeUnavailable, `Alloc.List: this server does not know node "n1" yet; retry`), "watching allocations failed; retrying")
+	// As it arrives from the server: flattened to text by net/rpc, as the
+	// endpoint made it.
+	wire := rpc.ServerError(structs.NodeNotYetKnownError("Alloc.List", "n1").Error())
+	logRetry(logger, wire, "watching allocations failed; retrying")
 	if out.Len() != 0 {
 		t.Fatalf("not yet known exp: nothing at info got: %s", out.String())
 	}

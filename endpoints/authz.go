@@ -533,8 +533,7 @@ func (c *caller) allowNode(a *authz, method, nodeID string) error {
 	if nodeID != "" && !a.isLeader() && !c.nodeKnown(nodeID) {
 		// A follower answering a stale read may not have applied the
 		// node's registration yet: that is "not yet", not "no".
-		return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-			"%s: this server does not know node %q yet; retry", method, nodeID))
+		return structs.NodeNotYetKnownError(method, nodeID)
 	}
 	if nodeID == "" {
 		return a.deny(method, fmt.Sprintf("the token does not grant %s:%s", c.need.res, c.need.cap))

@@ -130,6 +130,24 @@ func IsTopologyRefusal(err error) bool {
 	return errors.Is(err, ErrUnschedulable) && strings.Contains(err.Error(), TopologyRefusal)
 }
 
+// NodeNotYetKnown marks an unavailable answer from a follower that has
+// not applied a node's registration yet: a stale read right after the
+// node registered, which passes by itself. A marker, like TopologyRefusal,
+// so that the answer stays unavailable (retried) for every caller.
+const NodeNotYetKnown = "this server does not know node "
+
+// NodeNotYetKnownError is that answer for method and nodeID.
+func NodeNotYetKnownError(method, nodeID string) error {
+	return NewError(CodeUnavailable, fmt.Sprintf("%s: %s%q yet; retry", method, NodeNotYetKnown, nodeID))
+}
+
+// IsNodeNotYetKnown reports whether err is that answer (see
+// NodeNotYetKnown).
+func IsNodeNotYetKnown(err error) bool {
+	err = ParseError(err)
+	return errors.Is(err, ErrUnavailable) && strings.Contains(err.Error(), NodeNotYetKnown)
+}
+
 // Wrap adds context to an error and keeps its code, so that errors.Is
 // still works after the error crosses the wire (where %w chains are lost
 // and only the "code: " prefix survives).
