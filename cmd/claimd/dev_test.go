@@ -31,6 +31,27 @@ func (l *lockedWriter) String() string {
 	return l.b.String()
 }
 
+// startTestAgent parses args as `claimd agent` would and starts the agent
+// (start returns once every part asked for runs); the caller stops it,
+// also after an error. It returns what the agent printed and logged.
+func startTestAgent(t *testing.T, args ...string) (*agent, *lockedWriter, *lockedWriter, error) {
+	t.Helper()
+	var f agentFlags
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	defineAgentFlags(fs, &f)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	stdout, logs := &lockedWriter{}, &lockedWriter{}
+	logger, err := newAgentLogger(&f, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{f: f, logger: logger, stdout: stdout}
+	return a, stdout, logs, a.start()
+}
+
 // freeAddr is a loopback address with a port no one listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -46,22 +67,9 @@ func freeAddr(t *testing.T) string {
 // token: dev.env (mode 0600) is the one place it is written, as the README
 // says. Neither what the agent prints nor its log holds the token.
 func TestDevAgent_PrintsWhereDevEnvIsNotTheToken(t *testing.T) {
-	var f agentFlags
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	defineAgentFlags(fs, &f)
 	dataDir := t.TempDir()
-	if err := fs.Parse([]string{"-dev", "-data-dir", dataDir, "-bind", freeAddr(t), "-http-addr", freeAddr(t),
-		"-raft-multiplier", "0.2", "-log-level", "debug"}); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, logs lockedWriter
-	logger, err := newAgentLogger(&f, &logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{f: f, logger: logger, stdout: &stdout}
-	err = a.start() // returns once the token is made and dev.env written
+	a, stdout, logs, err := startTestAgent(t, "-dev", "-data-dir", dataDir, "-bind", freeAddr(t), "-http-addr", freeAddr(t),
+		"-raft-multiplier", "0.2", "-log-level", "debug")
 	a.stop()
 	if err != nil {
 		t.Fatalf("dev agent exp: started got: %v\n%s", err, logs.String())

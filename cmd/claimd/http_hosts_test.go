@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"net/http"
 	"strings"
@@ -13,23 +12,10 @@ import (
 // with extra flags; the caller stops it.
 func startPlainAgent(t *testing.T, extra ...string) (*agent, string, error) {
 	t.Helper()
-	var f agentFlags
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	defineAgentFlags(fs, &f)
 	httpAddr := freeAddr(t)
-	args := append([]string{"-dev", "-dev-insecure", "-data-dir", t.TempDir(), "-bind", freeAddr(t), "-http-addr", httpAddr,
-		"-raft-multiplier", "0.2"}, extra...)
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, logs lockedWriter
-	logger, err := newAgentLogger(&f, &logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{f: f, logger: logger, stdout: &stdout}
-	return a, httpAddr, a.start()
+	a, _, _, err := startTestAgent(t, append([]string{"-dev", "-dev-insecure", "-data-dir", t.TempDir(), "-bind", freeAddr(t),
+		"-http-addr", httpAddr, "-raft-multiplier", "0.2"}, extra...)...)
+	return a, httpAddr, err
 }
 
 // An agent serving plain HTTP answers a request addressed to its IP
