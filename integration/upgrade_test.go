@@ -128,7 +128,7 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	harness.StartProcessWith(t, old, "plugin", "csi-plugin", "hostdir", "-endpoint", "unix://"+sock,
 		"-root", filepath.Join(dir, "volumes"), "-node-id", "worker1", "-mode", "monolith", "-auto-create")
 	client := harness.StartProcessWith(t, old, "client", "agent", "-client", "-servers", strings.Join(addrs, ","),
-		"-data-dir", filepath.Join(dir, "client"), "-node-name", "worker1",
+		"-data-dir", filepath.Join(dir, "client"), "-node-name", "worker1", "-log-level", "debug",
 		"-csi-plugin", "id=hostdir,type=monolith,socket="+sock,
 		"-tls-ca-file", ca, "-tls-cert-file", pki("global-client-claimd.pem"), "-tls-key-file", pki("global-client-claimd-key.pem"))
 
@@ -338,7 +338,18 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 				return err
 			}
 			if all := got.AllClaims(); len(all) != 0 {
-				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s", v.ID, describeClaims(all))
+				// With each claim's allocation as the servers see it: a
+				// client that never reported the stop, or a release that
+				// did not run, read differently.
+				var allocs []string
+				for _, cl := range all {
+					a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), cl.AllocID, structs.QueryOptions{})
+					if err == nil && a != nil {
+						allocs = append(allocs, fmt.Sprintf("%s desired %s, client %s (%s)", a.ID, a.DesiredStatus, a.ClientStatus, a.ClientDescription))
+					}
+				}
+				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s; allocations: %s",
+					v.ID, describeClaims(all), strings.Join(allocs, "; "))
 			}
 		}
 		return nil
