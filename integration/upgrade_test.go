@@ -341,11 +341,24 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 				// With each claim's allocation as the servers see it: a
 				// client that never reported the stop, or a release that
 				// did not run, read differently.
+				// Each server's own (stale) view too: the client agent
+				// watches one of them.
 				var allocs []string
 				for _, cl := range all {
 					a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), cl.AllocID, structs.QueryOptions{})
 					if err == nil && a != nil {
 						allocs = append(allocs, fmt.Sprintf("%s desired %s, client %s (%s)", a.ID, a.DesiredStatus, a.ClientStatus, a.ClientDescription))
+					}
+					for _, addr := range addrs {
+						one, err := api.NewClient(api.Config{Addresses: []string{addr}, TLS: tlsConf, Token: mgmtToken, Timeout: 5 * time.Second})
+						if err != nil {
+							continue
+						}
+						a, meta, err := one.Alloc(harness.Ctx(t, 5*time.Second), cl.AllocID, structs.QueryOptions{AllowStale: true})
+						one.Close()
+						if err == nil && a != nil {
+							allocs = append(allocs, fmt.Sprintf("at %s (index %d): desired %s, client %s", addr, meta.Index, a.DesiredStatus, a.ClientStatus))
+						}
 					}
 				}
 				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s; allocations: %s",
