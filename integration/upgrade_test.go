@@ -322,7 +322,19 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	if cycles < 12 {
 		t.Fatalf("workload exp: at least 12 cycles through the upgrade got: %d", cycles)
 	}
+	// A claim left held is described once the wait has failed (not on
+	// every poll): with its allocation as the leader and as each server
+	// sees it, since the client agent watches one of them. A client that
+	// missed the stop, a release that did not run and a server that
+	// stopped applying read differently.
+	var held []*structs.Claim
+	defer func() {
+		if t.Failed() && len(held) > 0 {
+			t.Logf("claims left held: %s", describeAllocs(t, c, addrs, api.Config{TLS: tlsConf, Token: mgmtToken}, held))
+		}
+	}()
 	harness.WaitFor(t, 90*time.Second, func() error {
+		held = nil
 		for id := range placed {
 			a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), id, structs.QueryOptions{})
 			if err != nil || a == nil {
@@ -338,31 +350,8 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 				return err
 			}
 			if all := got.AllClaims(); len(all) != 0 {
-				// With each claim's allocation as the servers see it: a
-				// client that never reported the stop, or a release that
-				// did not run, read differently.
-				// Each server's own (stale) view too: the client agent
-				// watches one of them.
-				var allocs []string
-				for _, cl := range all {
-					a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), cl.AllocID, structs.QueryOptions{})
-					if err == nil && a != nil {
-						allocs = append(allocs, fmt.Sprintf("%s desired %s, client %s (%s)", a.ID, a.DesiredStatus, a.ClientStatus, a.ClientDescription))
-					}
-					for _, addr := range addrs {
-						one, err := api.NewClient(api.Config{Addresses: []string{addr}, TLS: tlsConf, Token: mgmtToken, Timeout: 5 * time.Second})
-						if err != nil {
-							continue
-						}
-						a, meta, err := one.Alloc(harness.Ctx(t, 5*time.Second), cl.AllocID, structs.QueryOptions{AllowStale: true})
-						one.Close()
-						if err == nil && a != nil {
-							allocs = append(allocs, fmt.Sprintf("at %s (index %d): desired %s, client %s", addr, meta.Index, a.DesiredStatus, a.ClientStatus))
-						}
-					}
-				}
-				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s; allocations: %s",
-					v.ID, describeClaims(all), strings.Join(allocs, "; "))
+				held = all
+				return fmt.Errorf("volume %s exp: every claim freed (all its allocations stopped) got: %s", v.ID, describeClaims(all))
 			}
 		}
 		return nil
@@ -376,4 +365,29 @@ func describeClaims(cs []*structs.Claim) string {
 		parts = append(parts, fmt.Sprintf("%s of %s on %s (%s)", c.Mode, c.AllocID, c.NodeID, c.State))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// describeAllocs says how the leader, and each server from its own state,
+// sees the allocation of each claim.
+func describeAllocs(t *testing.T, c *api.Client, addrs []string, cfg api.Config, claims []*structs.Claim) string {
+	var out []string
+	for _, cl := range claims {
+		if a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), cl.AllocID, structs.QueryOptions{}); err == nil && a != nil {
+			out = append(out, fmt.Sprintf("%s at the leader: desired %s, client %s (%s)", a.ID, a.DesiredStatus, a.ClientStatus, a.ClientDescription))
+		}
+		for _, addr := range addrs {
+			one := cfg
+			one.Addresses, one.Timeout = []string{addr}, 5*time.Second
+			oc, err := api.NewClient(one)
+			if err != nil {
+				continue
+			}
+			a, meta, err := oc.Alloc(harness.Ctx(t, 5*time.Second), cl.AllocID, structs.QueryOptions{AllowStale: true})
+			oc.Close()
+			if err == nil && a != nil {
+				out = append(out, fmt.Sprintf("%s at %s (index %d): desired %s, client %s", a.ID, addr, meta.Index, a.DesiredStatus, a.ClientStatus))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
