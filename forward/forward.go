@@ -24,6 +24,15 @@ type LeaderSource interface {
 	LeaderChanged() <-chan struct{}
 }
 
+// WriteRefuser is implemented by a LeaderSource whose server can say why
+// its own log store refuses writes (a full disk). A write held for want
+// of a leader is answered with that reason too: a server whose store
+// fails every append loses each leadership it wins, and "no cluster
+// leader" alone would hide why.
+type WriteRefuser interface {
+	WriteRefusal() error
+}
+
 // Forwarder implements forward-or-serve.
 type Forwarder struct {
 	pool   *Pool
@@ -102,7 +111,7 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		case <-deadline.C:
 			pause.Stop()
 			if errors.Is(err, structs.ErrNoLeader) {
-				return true, err
+				return true, f.explainNoLeader(info, err)
 			}
 			if !notApplied(err) {
 				// An idempotent write whose last try's outcome is
@@ -135,4 +144,17 @@ func (f *Forwarder) send(addr, method string, info structs.RPCInfo, args, reply 
 		return f.beats.send(ctx, addr, beat, reply.(*structs.NodeUpdateResponse))
 	}
 	return f.pool.RPC(ctx, addr, method, args, reply)
+}
+
+// explainNoLeader adds this server's write refusal, if any, to a write's
+// no-leader answer. The code stays no_leader: nothing was applied.
+func (f *Forwarder) explainNoLeader(info structs.RPCInfo, err error) error {
+	wr, ok := f.leader.(WriteRefuser)
+	if !ok || info.IsRead() {
+		return err
+	}
+	if why := wr.WriteRefusal(); why != nil {
+		return structs.NewError(structs.CodeNoLeader, "no cluster leader; this server cannot take writes: "+why.Error())
+	}
+	return err
 }

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -47,6 +46,9 @@ type logStore interface {
 	raft.LogStore
 	raft.StableStore
 	Close() error
+	// writeRefusal says why a write would be refused now for want of
+	// disk space (a *DiskFullError), or nil.
+	writeRefusal() error
 }
 
 // storeLockTimeout bounds the wait for a store's file lock: another
@@ -96,56 +98,6 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// walStore is raft-wal with claimd's lock on its directory.
-type walStore struct {
-	*wal.WAL
-	lock *os.File
-}
-
-func (s *walStore) Close() error {
-	err := s.WAL.Close()
-	if cerr := s.lock.Close(); err == nil { // closing releases the flock
-		err = cerr
-	}
-	return err
-}
-
-// openWAL opens (or makes) a raft-wal log in dir. raft-wal's meta database
-// waits forever for its file lock, so claimd takes its own lock first,
-// with a bounded wait.
-func openWAL(dir string, segmentSize int, logger hclog.Logger) (*walStore, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	lockPath := filepath.Join(dir, "claimd.lock")
-	lock, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", lockPath, err)
-	}
-	deadline := time.Now().Add(storeLockTimeout)
-	for {
-		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
-			lock.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, fmt.Errorf("open %s: locked by another process (is another claimd using this data dir?)", dir)
-			}
-			return nil, fmt.Errorf("lock %s: %w", lockPath, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// A segment size of 0 leaves raft-wal's default.
-	w, err := wal.Open(dir, wal.WithLogger(logger.Named("wal")), wal.WithSegmentSize(segmentSize))
-	if err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("open %s: %w", dir, err)
-	}
-	return &walStore{WAL: w, lock: lock}, nil
-}
-
 // openLogStore opens the Raft log (raft-boltdb, fsync on every commit).
 // NoFreelistSync and the map freelist, as etcd runs bolt: once Raft has
 // compacted its log after a snapshot, the file holds thousands of free
@@ -156,7 +108,7 @@ func openWAL(dir string, segmentSize int, logger hclog.Logger) (*walStore, error
 // three-server test cluster does. Durability is unchanged (data and meta
 // pages are synced as before); opening rebuilds the freelist by scanning
 // the file, which the trailing-log bound keeps small.
-func openLogStore(path string) (*raftboltdb.BoltStore, error) {
+func openLogStore(path string) (*boltStore, error) {
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{
 		Timeout:        storeLockTimeout,
 		NoFreelistSync: true,
@@ -166,7 +118,75 @@ func openLogStore(path string) (*raftboltdb.BoltStore, error) {
 		return nil, fmt.Errorf("open %s: locked by another process (is another claimd using this data dir?)", path)
 	}
 	if err != nil {
+		if noSpace(err) {
+			if free, ferr := freeBytes(filepath.Dir(path)); ferr == nil {
+				err = &DiskFullError{Dir: filepath.Dir(path), Free: free, Err: err}
+			}
+		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return store, nil
+	return &boltStore{BoltStore: store, dir: filepath.Dir(path)}, nil
+}
+
+// boltStore is raft-boltdb with a full disk named as such. bolt needs no
+// help to recover: a commit that fails rolls back, and the next one
+// succeeds once there is room for its pages. Nothing is refused ahead of
+// time (bolt reuses freed pages, so it may still take writes on a disk
+// with nothing free); a write that fails for want of space says so.
+type boltStore struct {
+	*raftboltdb.BoltStore
+	dir string
+
+	mu   sync.Mutex
+	full bool // the last change failed for want of space
+}
+
+func (s *boltStore) StoreLog(l *raft.Log) error { return s.changed(s.BoltStore.StoreLog(l)) }
+
+func (s *boltStore) StoreLogs(logs []*raft.Log) error { return s.changed(s.BoltStore.StoreLogs(logs)) }
+
+func (s *boltStore) DeleteRange(min, max uint64) error {
+	return s.changed(s.BoltStore.DeleteRange(min, max))
+}
+
+func (s *boltStore) Set(k, v []byte) error { return s.changed(s.BoltStore.Set(k, v)) }
+
+func (s *boltStore) SetUint64(k []byte, v uint64) error {
+	return s.changed(s.BoltStore.SetUint64(k, v))
+}
+
+// changed records the outcome of a change and names a full disk.
+func (s *boltStore) changed(err error) error {
+	s.mu.Lock()
+	s.full = err != nil && noSpace(err)
+	s.mu.Unlock()
+	if err == nil || !noSpace(err) {
+		return err
+	}
+	free, ferr := freeBytes(s.dir)
+	if ferr != nil {
+		return err
+	}
+	return &DiskFullError{Dir: s.dir, Free: free, Err: err}
+}
+
+// boltRetryFree: once this much is free after a change failed for want
+// of space, writes are let through again (a commit needs a few 4 KiB
+// pages; entries are at most 4 MiB but claim batches are under 64 KiB).
+const boltRetryFree = 1 << 20
+
+// writeRefusal: the last change failed for want of space and the disk
+// still has less than boltRetryFree. Otherwise a write is let through: it
+// is the only way to learn whether bolt has room now.
+func (s *boltStore) writeRefusal() error {
+	s.mu.Lock()
+	full := s.full
+	s.mu.Unlock()
+	if !full {
+		return nil
+	}
+	if free, err := freeBytes(s.dir); err == nil && free < boltRetryFree {
+		return &DiskFullError{Dir: s.dir, Free: free}
+	}
+	return nil
 }

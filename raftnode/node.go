@@ -184,6 +184,12 @@ func (n *Node) Bootstrap(servers []raft.Server) error {
 	return nil
 }
 
+// WriteRefusal says why this server's log store would refuse a write now
+// for want of disk space (a *DiskFullError, naming the directory, what is
+// free and what the store needs), or nil. It is cheap (one statfs) and
+// clears by itself once the space is back.
+func (n *Node) WriteRefusal() error { return n.store.writeRefusal() }
+
 // Shutdown stops Raft and closes the stores.
 func (n *Node) Shutdown() error {
 	err := n.Raft.Shutdown().Error()

@@ -359,6 +359,10 @@ func (s *Server) Leader() (string, bool) {
 	return string(addr), id != "" && string(id) == s.id && s.raft.Raft.State() == raft.Leader
 }
 
+// WriteRefusal implements forward.WriteRefuser: why this server's Raft
+// log store refuses writes now (its disk is full), or nil.
+func (s *Server) WriteRefusal() error { return s.raft.WriteRefusal() }
+
 // LeaderChanged implements forward.LeaderSource.
 func (s *Server) LeaderChanged() <-chan struct{} {
 	s.leaderMu.Lock()
