@@ -154,7 +154,13 @@ func (f *Forwarder) explainNoLeader(info structs.RPCInfo, err error) error {
 		return err
 	}
 	if why := wr.WriteRefusal(); why != nil {
-		return structs.NewError(structs.CodeNoLeader, "no cluster leader; this server cannot take writes: "+why.Error())
+		return NoLeaderRefusing(why)
 	}
 	return err
+}
+
+// NoLeaderRefusing is the no-leader answer of a server whose own log store
+// refuses writes (why).
+func NoLeaderRefusing(why error) error {
+	return structs.NewError(structs.CodeNoLeader, "no cluster leader; this server cannot take writes: "+why.Error())
 }

@@ -426,7 +426,16 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	select {
 	case err := <-done:
 		if err != nil {
-			return nil, 0, endpoints.RaftError(err)
+			err = endpoints.RaftError(err)
+			// Leadership lost before the entry was taken: if it was lost
+			// because this server's log store refuses writes (each
+			// leadership it wins ends at its first append), say so.
+			if errors.Is(err, structs.ErrNoLeader) {
+				if why := s.raft.WriteRefusal(); why != nil {
+					err = forward.NoLeaderRefusing(why)
+				}
+			}
+			return nil, 0, err
 		}
 	case <-s.shutdownCh:
 		return nil, 0, structs.ErrShutdown
