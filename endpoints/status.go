@@ -1,9 +1,6 @@
 package endpoints
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -70,36 +67,18 @@ func (s *Status) HasNodeConn(args *structs.NodeConnRequest, reply *structs.NodeC
 	return nil
 }
 
-// StateDigest hashes this server's state (never forwarded). The digest is
-// valid for AppliedIndex only if the index did not move while hashing; the
-// caller retries otherwise (it is 0 then).
+// StateDigest hashes this server's state (never forwarded), with the
+// index of the state it hashed (fsm.StateStore.Digest).
 func (s *Status) StateDigest(args *structs.EmptyArgs, reply *structs.StateDigest) error {
 	if _, err := s.auth.check("Status.StateDigest", args); err != nil {
 		return err
 	}
-	before := s.srv.Raft().AppliedIndex()
-	h := sha256.New()
-	cw := &countingWriter{w: h}
-	if err := s.srv.FSM().WriteSnapshot(cw); err != nil {
+	d, err := s.srv.State().Digest()
+	if err != nil {
 		return structs.NewError(structs.CodeUnavailable, "state digest: "+err.Error())
 	}
-	if after := s.srv.Raft().AppliedIndex(); after != before {
-		*reply = structs.StateDigest{}
-		return nil
-	}
-	*reply = structs.StateDigest{AppliedIndex: before, SHA256: hex.EncodeToString(h.Sum(nil)), Bytes: cw.n}
+	*reply = *d
 	return nil
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // Runtime reports this server process's goroutines and heap (never

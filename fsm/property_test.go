@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"pgregory.net/rapid"
@@ -35,6 +36,21 @@ type propRun struct {
 	// allocIDs starts as propAllocs and grows by placeNew, so that claims
 	// keep happening after the first allocs are terminal.
 	allocIDs []string
+	// at, when set, is the leader's append time of the entry at an index
+	// (raft.Log.AppendedAt); without it entries have none.
+	at func(index uint64) time.Time
+	// log is every entry applied, for replaying it.
+	log []loggedEntry
+	// restarted: the twin was restored from a snapshot, so its results
+	// hold times as decoded (UTC) where f's hold them as appended; they
+	// are compared by encoding.
+	restarted bool
+}
+
+type loggedEntry struct {
+	index uint64
+	at    time.Time
+	data  []byte
 }
 
 // setup registers every volume and node and places the first allocs, so
@@ -113,8 +129,14 @@ func (r *propRun) apply(mt structs.MessageType, req any) any {
 		r.t.Fatalf("encode: %v", err)
 	}
 	r.index++
-	got := r.f.apply(r.index, data)
-	if twin := r.twin.apply(r.index, data); !reflect.DeepEqual(got, twin) {
+	var at time.Time
+	if r.at != nil {
+		at = r.at(r.index)
+	}
+	r.log = append(r.log, loggedEntry{index: r.index, at: at, data: data})
+	got := r.f.applyAt(r.index, at, data)
+	twin := r.twin.applyAt(r.index, at, data)
+	if r.restarted && !bytes.Equal(canonical(got), canonical(twin)) || !r.restarted && !reflect.DeepEqual(got, twin) {
 		r.t.Fatalf("S2: same entry, different results: exp: %#v got: %#v", got, twin)
 	}
 	return got

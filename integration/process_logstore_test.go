@@ -13,6 +13,13 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
+// logStores are the Raft log stores a server can keep its log in, as the
+// agent's flag chooses them (decision 34).
+var logStores = []struct {
+	name string
+	args []string
+}{{"boltdb", []string{"-raft-log-store", "boltdb"}}, {"wal", []string{"-raft-log-store", "wal"}}}
+
 // A server process killed with SIGKILL while writes stream in keeps every
 // write it acknowledged: restarted on its data dir it serves all of them. One server, so that an acknowledged write is
 // exactly an entry this store synced (in a cluster another server's copy
@@ -23,11 +30,7 @@ import (
 // torn write is what this checks. Plaintext: it tests the log store, not
 // the network.
 func TestProcesses_KilledServerKeepsAcknowledgedWrites(t *testing.T) {
-	// Both log stores (decision 34).
-	for _, store := range []struct {
-		name string
-		args []string
-	}{{"boltdb", []string{"-raft-log-store", "boltdb"}}, {"wal", []string{"-raft-log-store", "wal"}}} {
+	for _, store := range logStores {
 		t.Run(store.name, func(t *testing.T) {
 			addr := harness.FreeAddr(t)
 			srv := harness.StartProcess(t, "s1", append([]string{"agent", "-server", "-bootstrap-expect", "1",

@@ -72,9 +72,15 @@ type TransferLeadershipRequest struct {
 }
 
 // StateDigest is a hash of a server's whole state machine, with the Raft
-// index it was taken at. Servers that applied the same log have the same
-// digest (S2).
+// index of the state that was hashed. Servers that applied the same log
+// have the same digest (S2).
 type StateDigest struct {
+	// AppliedIndex is the Raft index of the last applied entry that
+	// changed the hashed state (its newest table index), read from the
+	// same frozen view as the hash: servers reporting the same one have
+	// applied the same writes. It is not Raft's AppliedIndex, which runs
+	// ahead of the state machine while the FSM goroutine catches up, and
+	// which counts entries that change nothing. 0 only for an empty state.
 	AppliedIndex uint64
 	SHA256       string
 	Bytes        int64

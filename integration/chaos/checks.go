@@ -413,8 +413,10 @@ func waitReleased(cl *api.Client, timeout time.Duration) error {
 	}
 }
 
-// checkDigests is S2: all servers' state digests are equal when taken at
-// the same applied index. It polls until every server reports the same
+// checkDigests is S2: all servers' state digests are equal when they hash
+// the state at the same index (each digest names the index of the state it
+// hashed, not Raft's applied index, which runs ahead of the state machine:
+// fsm.StateStore.Digest). It polls until every server reports the same
 // index (the cluster is idle by now).
 func checkDigests(c Cluster, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

@@ -820,9 +820,8 @@ func (c *netnsCluster) RestartPlugin(worker string) error {
 }
 
 // Digest implements Cluster. It retries, within ctx and at most 200 times,
-// while the server applies entries under the hash (the digest then comes
-// back invalid, with index 0) and when the backend's session to the server
-// broke (a restarted server's old connection fails once).
+// when the backend's session to the server broke (a restarted server's old
+// connection fails once).
 func (c *netnsCluster) Digest(ctx context.Context, server string) (*structs.StateDigest, error) {
 	if _, err := c.server(server); err != nil {
 		return nil, err
@@ -835,10 +834,8 @@ func (c *netnsCluster) Digest(ctx context.Context, server string) (*structs.Stat
 		d := new(structs.StateDigest)
 		err := cl.Call(ctx, "Status.StateDigest", &structs.EmptyArgs{}, d)
 		switch {
-		case err == nil && d.AppliedIndex != 0:
-			return d, nil
 		case err == nil:
-			last = errors.New("state kept moving while hashing")
+			return d, nil
 		case errors.Is(err, rpc.ErrTransport) && ctx.Err() == nil:
 			last = err
 		default:
