@@ -110,7 +110,7 @@ func volume(t *testing.T, l *fsmtest.Local) *structs.Volume {
 func TestPublish_OneControllerCallPerNodeAttachment(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	noRelease := func() { t.Error("release exp: not called got: called") }
 
 	a1 := claim(t, l, "a1", "w1")
@@ -155,7 +155,7 @@ func TestPublish_OneControllerCallPerNodeAttachment(t *testing.T) {
 func TestPublish_ControllerFailover_AndReleaseOnRefusal(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	first := ""
 	n.answer = func(node, method string) error {
 		if first == "" {
@@ -174,7 +174,7 @@ func TestPublish_ControllerFailover_AndReleaseOnRefusal(t *testing.T) {
 
 	l2 := cluster(t)
 	n2 := &nodes{answer: func(string, string) error { return structs.Invalid("capability", "not supported") }}
-	m2 := New(l2, n2, nil)
+	m2 := New(l2, n2, fsmtest.HeldLease(), nil)
 	a1 := claim(t, l2, "a1", "w1")
 	released := false
 	_, err := m2.Publish(a1, recorder(t, l2, a1), func() { released = true })
@@ -193,7 +193,7 @@ func TestPublish_ControllerFailover_AndReleaseOnRefusal(t *testing.T) {
 func TestUnpublish_OnlyWhenNoClaimOnTheNodeUsesTheAttachment(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	for _, id := range []string{"a1", "a2"} {
 		c := claim(t, l, id, "w1")
 		if _, err := m.Publish(c, recorder(t, l, c), func() {}); err != nil {
@@ -223,7 +223,7 @@ func TestUnpublish_OnlyWhenNoClaimOnTheNodeUsesTheAttachment(t *testing.T) {
 	release("a1")
 	nodeDetached("a1")
 	v := volume(t, l)
-	if err := m.Unpublish(v, v.PastClaims["a1"]); err != nil {
+	if err := m.Unpublish(nil, v, v.PastClaims["a1"]); err != nil {
 		t.Fatalf("unpublish a1 while a2 lives on the node exp: nil (kept) got: %v", err)
 	}
 	if got := detaches(); got != 0 {
@@ -232,12 +232,12 @@ func TestUnpublish_OnlyWhenNoClaimOnTheNodeUsesTheAttachment(t *testing.T) {
 
 	release("a2")
 	v = volume(t, l)
-	if err := m.Unpublish(v, v.PastClaims["a1"]); err == nil {
+	if err := m.Unpublish(nil, v, v.PastClaims["a1"]); err == nil {
 		t.Fatalf("unpublish a1 while a2 is not node-detached exp: waiting error got: nil")
 	}
 	nodeDetached("a2")
 	v = volume(t, l)
-	if err := m.Unpublish(v, v.PastClaims["a1"]); err != nil {
+	if err := m.Unpublish(nil, v, v.PastClaims["a1"]); err != nil {
 		t.Fatalf("unpublish a1 once no claim on w1 uses the attachment exp: detached got: %v", err)
 	}
 	if got := detaches(); got != 1 {
@@ -251,7 +251,7 @@ func TestUnpublish_OnlyWhenNoClaimOnTheNodeUsesTheAttachment(t *testing.T) {
 	// A volume the state no longer has (deregistered meanwhile).
 	ghost := v.Copy()
 	ghost.ID = "ghost"
-	if err := m.Unpublish(ghost, v.PastClaims["a1"]); !errors.Is(err, ErrVolumeDeregistered) {
+	if err := m.Unpublish(nil, ghost, v.PastClaims["a1"]); !errors.Is(err, ErrVolumeDeregistered) {
 		t.Errorf("unpublish of a deregistered volume exp: ErrVolumeDeregistered got: %v", err)
 	}
 }
@@ -262,7 +262,7 @@ func TestUnpublish_OnlyWhenNoClaimOnTheNodeUsesTheAttachment(t *testing.T) {
 func TestControllerCall_TargetsAndValidation(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	var reply structs.ClientCSIControllerDetachResponse
 	req := &structs.ClientCSIControllerDetachRequest{CSIControllerQuery: structs.CSIControllerQuery{PluginID: "p", ControllerNodeID: "w1"}}
 	err := m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply, func(string) {})
@@ -293,7 +293,7 @@ func TestControllerCall_TargetsAndValidation(t *testing.T) {
 		{NodeID: "w1", PluginID: "p", AllocID: "a1"},
 		{NodeID: "w1", PluginID: "p", VolumeID: "v1"},
 	} {
-		if err := m.NodeDetach(bad, &structs.ClientCSINodeDetachResponse{}); !errors.Is(err, structs.ErrInvalid) {
+		if err := m.NodeDetach(nil, bad, &structs.ClientCSINodeDetachResponse{}); !errors.Is(err, structs.ErrInvalid) {
 			t.Errorf("node detach %+v exp: invalid got: %v", bad, err)
 		}
 	}
@@ -307,7 +307,7 @@ func TestControllerCall_TargetsAndValidation(t *testing.T) {
 func TestPublish_WaitsForTheNodesLock(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	a1 := claim(t, l, "a1", "w1")
 	unlock := m.locks.Lock("v1", "w1")
 	done := make(chan error, 1)
@@ -346,7 +346,7 @@ func TestPublish_WaitsForTheNodesLock(t *testing.T) {
 func TestDetachOrphan_RefusedUnderAClaim(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
-	m := New(l, n, nil)
+	m := New(l, n, fsmtest.HeldLease(), nil)
 	vol, _ := l.State().VolumeByID(nil, "v1")
 	if err := m.DetachOrphan(vol, "w2", "ext-w2"); err != nil {
 		t.Fatalf("orphan on w2 with no claim exp: detached got: %v", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -17,14 +18,30 @@ import (
 // refused is not asked again elsewhere: another controller of the same
 // storage would refuse the same way. answered is told which node answered.
 // A call already forwarded once goes only to the node it names.
+//
+// A call this server starts runs under the leader's storage lease (a grant
+// begun here), one forwarded here within the budget it brought (decision
+// 45).
 func (m *Manager) ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
+	args, reply any, answered func(node string)) error {
+	return m.controllerCall(nil, method, q, routing, args, reply, answered)
+}
+
+// controllerCall is ControllerCall within g (nil: a grant begun now).
+func (m *Manager) controllerCall(g *leaderlease.Grant, method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting,
 	args, reply any, answered func(node string)) error {
 	if err := structs.ValidateID("plugin_id", q.PluginID); err != nil {
 		return err
 	}
 	if routing.Forwarded {
 		// The first server chose and checked the target already.
-		return m.nodes.Call(context.Background(), q.ControllerNodeID, method, routing, args, reply)
+		return m.call(nil, q.ControllerNodeID, method, routing, args, reply)
+	}
+	if g == nil {
+		var err error
+		if g, err = m.lease.Begin(); err != nil {
+			return err
+		}
 	}
 	targets, err := m.controllerTargets(q)
 	if err != nil {
@@ -35,7 +52,7 @@ func (m *Manager) ControllerCall(method string, q *structs.CSIControllerQuery, r
 	var errs []error
 	for _, node := range targets {
 		q.ControllerNodeID = node
-		err := m.nodes.Call(context.Background(), node, method, routing, args, reply)
+		err := m.call(g, node, method, routing, args, reply)
 		if err == nil {
 			answered(node)
 			return nil
@@ -43,7 +60,7 @@ func (m *Manager) ControllerCall(method string, q *structs.CSIControllerQuery, r
 		m.logger.Warn("controller call failed; trying the next controller", "method", method,
 			"plugin", q.PluginID, "node", node, "error", err)
 		errs = append(errs, fmt.Errorf("node %s: %w", node, err))
-		if !errors.Is(err, structs.ErrUnavailable) && !errors.Is(err, structs.ErrTimeout) {
+		if !errors.Is(err, structs.ErrUnavailable) && !errors.Is(err, structs.ErrTimeout) || isLeaseRefusal(err) {
 			return err
 		}
 	}
@@ -95,12 +112,14 @@ func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, er
 }
 
 // NodeDetach runs NodeUnpublish (and NodeUnstage when no other allocation
-// on the node uses the volume) on the claim's node, over its session.
-func (m *Manager) NodeDetach(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
+// on the node uses the volume) on the claim's node, over its session,
+// within g: the grant of the release that read the claim (nil: one begun
+// now).
+func (m *Manager) NodeDetach(g *leaderlease.Grant, args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
 	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID, "alloc_id", args.AllocID); err != nil {
 		return err
 	}
-	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeDetachVolume", &args.NodeRouting, args, reply)
+	return m.call(g, args.NodeID, "ClientCSI.NodeDetachVolume", &args.NodeRouting, args, reply)
 }
 
 // NodeExpand runs NodeExpandVolume on a node that has the volume staged or
@@ -109,10 +128,19 @@ func (m *Manager) NodeExpand(args *structs.ClientCSINodeExpandRequest, reply *st
 	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID); err != nil {
 		return err
 	}
-	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
+	return m.call(nil, args.NodeID, "ClientCSI.NodeExpandVolume", &args.NodeRouting, args, reply)
+}
+
+// isLeaseRefusal: this server may not make storage calls now (it does not
+// lead, could not confirm it, or is in its hold-off); trying another
+// controller would be refused the same way.
+func isLeaseRefusal(err error) bool {
+	var ho *leaderlease.HoldoffError
+	return errors.Is(err, structs.ErrNoLeader) || errors.As(err, &ho)
 }
 
 // NodeStats asks a claim's node for the volume's usage over its session.
+// It reads and changes nothing, so it needs no lease: any server may ask.
 func (m *Manager) NodeStats(args *structs.ClientCSINodeStatsRequest, reply *structs.ClientCSINodeStatsResponse) error {
 	if err := validateIDs("node_id", args.NodeID, "plugin_id", args.PluginID, "volume_id", args.VolumeID, "alloc_id", args.AllocID); err != nil {
 		return err

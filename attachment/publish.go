@@ -3,6 +3,7 @@ package attachment
 import (
 	"fmt"
 
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -22,6 +23,12 @@ import (
 func (m *Manager) Publish(claim *structs.Claim, record func(publishContext map[string]string) error, release func()) (published *structs.Claim, err error) {
 	if claim.ControllerPublished {
 		return nil, nil
+	}
+	// The lease first: what follows is decided on state read after it
+	// (decision 45). A claim just committed by this leader is its proof.
+	g, err := m.lease.Begin()
+	if err != nil {
+		return nil, err
 	}
 	state := m.state.State()
 	vol, err := state.VolumeByID(nil, claim.VolumeID)
@@ -73,7 +80,7 @@ func (m *Manager) Publish(claim *structs.Claim, record func(publishContext map[s
 				vol.ID, how, claim.NodeID, blocker.AllocID, blocker.State, claim.Mode))
 		}
 	}
-	return nil, m.controllerPublish(claim, record, release)
+	return nil, m.controllerPublish(g, claim, record, release)
 }
 
 // NodeAttachment looks at the other claims on the claim's node that hold
@@ -101,7 +108,7 @@ func NodeAttachment(vol *structs.Volume, claim *structs.Claim) (share, blocker *
 
 // controllerPublish runs ControllerPublish for a claim and records it. If
 // the publish fails, the claim is released at once.
-func (m *Manager) controllerPublish(claim *structs.Claim, record func(map[string]string) error, release func()) error {
+func (m *Manager) controllerPublish(g *leaderlease.Grant, claim *structs.Claim, record func(map[string]string) error, release func()) error {
 	vol, err := m.state.State().VolumeByID(nil, claim.VolumeID)
 	if err != nil || vol == nil {
 		return err
@@ -119,8 +126,14 @@ func (m *Manager) controllerPublish(claim *structs.Claim, record func(map[string
 		VolumeContext:      vol.Context,
 	}
 	var attached structs.ClientCSIControllerAttachResponse
-	err = m.ControllerCall("ClientCSI.ControllerAttachVolume", &attach.CSIControllerQuery, &attach.NodeRouting, attach, &attached,
+	err = m.controllerCall(g, "ClientCSI.ControllerAttachVolume", &attach.CSIControllerQuery, &attach.NodeRouting, attach, &attached,
 		func(node string) { attached.ControllerNodeID = node })
+	if isLeaseRefusal(err) {
+		// Nothing was asked of the controller: the claim stays taken and
+		// unpublished, and the client's retry (on whichever server leads
+		// then) publishes it.
+		return err
+	}
 	if err != nil {
 		release()
 		return structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -17,7 +18,16 @@ var ErrVolumeDeregistered = errors.New("volume deregistered")
 // node detach (S3). The check and the detach happen under the (volume,
 // node) lock that new claims' publishes also take, on fresh state, and one
 // destructive controller call per plugin runs at a time.
-func (m *Manager) Unpublish(vol *structs.Volume, c *structs.Claim) error {
+//
+// g is the grant of the release that read the claim (nil: one begun now);
+// the detach is made only within it (decision 45).
+func (m *Manager) Unpublish(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) error {
+	if g == nil {
+		var err error
+		if g, err = m.lease.Begin(); err != nil {
+			return err
+		}
+	}
 	plug, err := m.state.State().PluginSummary(nil, vol.PluginID)
 	if err != nil {
 		return err
@@ -75,7 +85,7 @@ func (m *Manager) Unpublish(vol *structs.Volume, c *structs.Claim) error {
 		Secrets: fresh.Secrets,
 	}
 	var reply structs.ClientCSIControllerDetachResponse
-	return m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
+	return m.controllerCall(g, "ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
 		func(node string) { reply.ControllerNodeID = node })
 }
 
@@ -88,6 +98,10 @@ func (m *Manager) Unpublish(vol *structs.Volume, c *structs.Claim) error {
 func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID string) error {
 	if externalNodeID == "" {
 		return structs.Invalid("external_node_id", "must not be empty")
+	}
+	g, err := m.lease.Begin()
+	if err != nil {
+		return err
 	}
 	lockNode := nodeID
 	if lockNode == "" {
@@ -121,6 +135,6 @@ func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID strin
 		Secrets: fresh.Secrets,
 	}
 	var reply structs.ClientCSIControllerDetachResponse
-	return m.ControllerCall("ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
+	return m.controllerCall(g, "ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
 		func(node string) { reply.ControllerNodeID = node })
 }

@@ -17,6 +17,19 @@ type csiEndpoint struct{ a *Agent }
 // side waits a little longer (forward.NodeCallTimeout).
 const callTimeout = 90 * time.Second
 
+// callContext bounds one plugin operation a server started by the budget
+// the call brought (what was left of the leader's storage lease when it
+// was sent, decision 45), at most callTimeout: a deposed leader's call
+// that arrives late ends with its lease, at the plugin too (gRPC passes
+// the deadline on).
+func (e *csiEndpoint) callContext(r *structs.NodeRouting) (context.Context, context.CancelFunc) {
+	budget := callTimeout
+	if r.Budget > 0 {
+		budget = min(budget, r.Budget)
+	}
+	return context.WithTimeout(e.a.ctx, budget)
+}
+
 // NodeDetachVolume unpublishes an allocation's volume and unstages it when
 // no other allocation here uses it. "Not mounted" counts as done (seed 6).
 func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
@@ -24,7 +37,7 @@ func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest,
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	usage := csi.UsageOptions{ReadOnly: args.ReadOnly, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode}
 	if err := mm.UnmountVolume(ctx, args.VolumeID, args.ExternalID, args.AllocID, usage); err != nil {
@@ -56,7 +69,7 @@ func (e *csiEndpoint) ControllerAttachVolume(args *structs.ClientCSIControllerAt
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	pctx, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
 		VolumeID: args.ExternalID, NodeID: args.ExternalNodeID,
@@ -78,7 +91,7 @@ func (e *csiEndpoint) ControllerDetachVolume(args *structs.ClientCSIControllerDe
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	if err := c.ControllerUnpublishVolume(ctx, args.ExternalID, args.ExternalNodeID, args.Secrets); err != nil {
 		return pluginError(err)
@@ -144,7 +157,7 @@ func (e *csiEndpoint) ControllerCreateVolume(args *structs.ClientCSIControllerCr
 	for _, vc := range args.Capabilities {
 		caps = append(caps, csi.VolumeCapability{AccessMode: vc.AccessMode, AttachmentMode: vc.AttachmentMode, MountOptions: args.MountOptions})
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	vol, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name: args.Name, CapacityMin: args.CapacityMin, CapacityMax: args.CapacityMax, Capabilities: caps,
@@ -168,7 +181,7 @@ func (e *csiEndpoint) ControllerDeleteVolume(args *structs.ClientCSIControllerDe
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	if err := c.DeleteVolume(ctx, args.ExternalID, args.Secrets); err != nil {
 		return pluginError(err)

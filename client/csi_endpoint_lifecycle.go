@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/claimd/claimd/csi"
@@ -19,7 +18,7 @@ func (e *csiEndpoint) ControllerCreateSnapshot(args *structs.ClientCSIController
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	s, err := c.CreateSnapshot(ctx, args.Name, args.SourceExternalID, args.Parameters, args.Secrets)
 	if err != nil {
@@ -38,7 +37,7 @@ func (e *csiEndpoint) ControllerDeleteSnapshot(args *structs.ClientCSIController
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	if err := c.DeleteSnapshot(ctx, args.SnapshotID); err != nil {
 		return pluginError(err)
@@ -55,7 +54,7 @@ func (e *csiEndpoint) ControllerListSnapshots(args *structs.ClientCSIControllerS
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	snaps, truncated, err := c.ListSnapshots(ctx)
 	if err != nil {
@@ -84,7 +83,7 @@ func (e *csiEndpoint) ControllerExpandVolume(args *structs.ClientCSIControllerEx
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	capacity, nodeRequired, err := c.ControllerExpandVolume(ctx, &csi.ControllerExpandRequest{
 		VolumeID: args.ExternalID, Capacity: args.Capacity, CapacityMax: args.CapacityMax, Secrets: args.Secrets,
@@ -107,7 +106,7 @@ func (e *csiEndpoint) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest,
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	paths, capacity, err := mm.ExpandVolume(ctx, args.VolumeID, args.ExternalID, args.Capacity, args.CapacityMax)
 	if err != nil {
@@ -124,7 +123,7 @@ func (e *csiEndpoint) ControllerListVolumes(args *structs.ClientCSIControllerLis
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	caps, err := c.ControllerGetCapabilities(ctx)
 	if err != nil {
@@ -175,7 +174,7 @@ func (e *csiEndpoint) ControllerModifyVolume(args *structs.ClientCSIControllerMo
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.a.ctx, callTimeout)
+	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	if err := c.ControllerModifyVolume(ctx, args.ExternalID, args.MutableParameters, args.Secrets); err != nil {
 		return pluginError(err)

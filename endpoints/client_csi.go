@@ -67,7 +67,7 @@ func (c csiCalls) ControllerListVolumes(args *structs.ClientCSIControllerListVol
 }
 
 func (c csiCalls) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest, reply *structs.ClientCSINodeDetachResponse) error {
-	return c.m.NodeDetach(args, reply)
+	return c.m.NodeDetach(nil, args, reply)
 }
 
 func (c csiCalls) NodeExpandVolume(args *structs.ClientCSINodeExpandRequest, reply *structs.ClientCSINodeExpandResponse) error {

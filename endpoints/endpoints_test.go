@@ -3,6 +3,7 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"github.com/claimd/claimd/leaderlease"
 	"net"
 	"sync"
 	"testing"
@@ -120,7 +121,7 @@ func (fakeAttachments) Publish(c *structs.Claim, record func(map[string]string) 
 func (fakeAttachments) ControllerCall(string, *structs.CSIControllerQuery, *structs.NodeRouting, any, any, func(string)) error {
 	return nil
 }
-func (fakeAttachments) NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error {
+func (fakeAttachments) NodeDetach(*leaderlease.Grant, *structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error {
 	return nil
 }
 func (fakeAttachments) NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error {

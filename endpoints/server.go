@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"context"
+	"github.com/claimd/claimd/leaderlease"
 	netrpc "net/rpc"
 	"time"
 
@@ -123,7 +124,8 @@ type Releases interface {
 type Attachments interface {
 	Publish(claim *structs.Claim, record func(publishContext map[string]string) error, release func()) (*structs.Claim, error)
 	ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting, args, reply any, answered func(node string)) error
-	NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
+	// NodeDetach with a nil grant: one is begun for the call (decision 45).
+	NodeDetach(*leaderlease.Grant, *structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
 	NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error
 	NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error
 }

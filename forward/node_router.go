@@ -60,9 +60,16 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 		ctx, cancel = context.WithTimeout(ctx, NodeCallTimeout)
 		defer cancel()
 	}
+	// A storage call's budget is what is left of the leader's lease
+	// (decision 45): once it is spent the call must not start, here or
+	// at the next hop.
+	if err := ctx.Err(); err != nil {
+		return structs.NewError(structs.CodeTimeout, fmt.Sprintf("%s for node %q not sent: its time ran out (%v)", method, nodeID, err))
+	}
 	if c, ok := r.conns.Get(nodeID); ok {
 		// The server token is for servers: it never travels to a client.
 		routing.AuthToken = ""
+		routing.SetBudget(ctx)
 		return c.Client.Call(ctx, method, args, reply)
 	}
 	if routing.Forwarded {
@@ -74,6 +81,7 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 	}
 	routing.Forwarded, routing.AuthToken = true, r.serverToken()
 	defer func() { routing.Forwarded, routing.AuthToken = false, "" }()
+	routing.SetBudget(ctx)
 	return r.pool.RPC(ctx, addr, method, args, reply)
 }
 

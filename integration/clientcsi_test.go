@@ -411,8 +411,12 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 		return csiCalls(e.plugins["w1"].Audit(), "NodeUnpublishVolume", "ext-v1", "ext-w1", "ok", "/per-alloc/a1/")
 	}
 
-	// Through f2, which does not hold w1's session: one hop to f1.
-	if err := call(f2, "ClientCSI.NodeDetachVolume", &detach); err != nil {
+	// A follower makes no storage call of its own (decision 45): only
+	// the leader does.
+	err := call(f2, "ClientCSI.NodeDetachVolume", &detach)
+	checkCodedErr(t, "node detach made at a follower", err, structs.ErrNoLeader, "storage calls are made only by the leader")
+	// Through the leader, which does not hold w1's session: one hop to f1.
+	if err := call(e.leader, "ClientCSI.NodeDetachVolume", &detach); err != nil {
 		t.Fatalf("node detach through a server without the session exp: forwarded, success got: %v", err)
 	}
 	audit := e.plugins["w1"].Audit()
@@ -443,20 +447,20 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 		t.Fatalf("NodeUnpublish of a1's path on w1 exp: 2 (idempotent repeat delivered) got: %d", n)
 	}
 
-	// Controller calls: forwarded once from a follower to the leader, which
-	// holds the controller's session; marked forwarded at a follower, refused.
+	// Controller calls: made by the leader, which holds the controller's
+	// session; marked forwarded at a follower, refused.
 	cdetach := structs.ClientCSIControllerDetachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: "hostdir"},
 		VolumeID:           "v1", ExternalID: "ext-v1", ExternalNodeID: "ext-w1"}
-	if err := call(f2, "ClientCSI.ControllerDetachVolume", &cdetach); err != nil {
-		t.Fatalf("controller detach through a follower exp: success got: %v", err)
+	if err := call(e.leader, "ClientCSI.ControllerDetachVolume", &cdetach); err != nil {
+		t.Fatalf("controller detach through the leader exp: success got: %v", err)
 	}
 	if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "ext-v1", "ext-w1", "ok", ""); n != 1 {
 		t.Fatalf("ControllerUnpublish of v1 from ext-w1 exp: 1 got: %d", n)
 	}
 	cfwd := cdetach
 	cfwd.ControllerNodeID, cfwd.Forwarded = ctrl, true
-	err := call(f1, "ClientCSI.ControllerDetachVolume", &cfwd)
+	err = call(f1, "ClientCSI.ControllerDetachVolume", &cfwd)
 	checkCodedErr(t, "forwarded controller call at a follower (no session)", err, structs.ErrUnavailable, "not connected to this server")
 	if n := csiCalls(e.plugins["ctrl"].Audit(), "ControllerUnpublishVolume", "", "", "", ""); n != 1 {
 		t.Fatalf("ControllerUnpublish calls after a refused forwarded call exp: 1 got: %d", n)
@@ -471,7 +475,7 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 		}
 		return nil
 	})
-	err = call(f2, "ClientCSI.NodeDetachVolume", &detach)
+	err = call(e.leader, "ClientCSI.NodeDetachVolume", &detach)
 	checkCodedErr(t, "node call for a node connected nowhere", err, structs.ErrUnavailable, "not connected to any server")
 }
 
@@ -486,7 +490,7 @@ func TestClientCSI_ControllerNodeWithoutPlugin_IsRefused(t *testing.T) {
 	e.addNode(t, "ctrl", hostdir.ModeController, f2)
 	e.waitPlugin(t, 1, 1)
 	w1, ctrl := e.nodeID("w1"), e.nodeID("ctrl")
-	cl := e.apis[f1.Name] // a follower
+	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 45)
 
 	_, err := csiAttach(t, cl, csiAttachReq(w1, "hostdir", "v1", "w1"))
 	checkCodedErr(t, "controller attach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1, "hostdir")
@@ -545,7 +549,7 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 	e.addNode(t, "c2", hostdir.ModeController, e.leader)
 	e.waitPlugin(t, 1, 2)
 	c1, c2 := e.nodeID("c1"), e.nodeID("c2")
-	cl := e.apis[f1.Name]
+	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 45)
 
 	// c1 fails once with Unavailable: the call that named it is answered by c2.
 	e.plugins["c1"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1}})

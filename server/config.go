@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"github.com/claimd/claimd/leaderlease"
 	"net"
 	"time"
 
@@ -58,6 +59,10 @@ type Config struct {
 	// ReconcileRepairGrace is how long an orphan attachment of a
 	// fence-policy volume is seen before it is detached (0 = 10 min).
 	ReconcileRepairGrace time.Duration
+	// StorageLease bounds every storage call the leader makes and how long
+	// a new leader waits before its first (0 = leaderlease.Default;
+	// decision 45).
+	StorageLease time.Duration
 	// Autopilot tunes the leader's Raft health checks and dead-server
 	// cleanup (server/autopilot.go).
 	Autopilot AutopilotConfig
@@ -91,6 +96,9 @@ func (c *Config) validate() error {
 	}
 	if c.TLSAllowPlaintext && c.TLS == nil {
 		return errors.New("-tls-allow-plaintext needs TLS (-tls-ca-file, -tls-cert-file, -tls-key-file)")
+	}
+	if err := leaderlease.Validate("storage_lease", c.StorageLease); err != nil {
+		return err
 	}
 	if c.BindAddr == "" && c.Listener == nil {
 		return errors.New("bind address is required (-bind)")

@@ -31,9 +31,16 @@ func (s *Server) monitorLeadership() {
 				if stopLeading != nil {
 					continue
 				}
+				// The tenure starts now: a new leader's hold-off counts
+				// from here (decision 45).
+				s.lease.Won()
+				// Entries after this index are this tenure's (or, in a
+				// race, taken for an earlier one: the safe direction).
+				tenureStart := s.raft.Raft.LastIndex()
 				stopLeading, leading = make(chan struct{}), make(chan struct{})
-				go s.leaderLoop(stopLeading, leading)
+				go s.leaderLoop(stopLeading, leading, tenureStart)
 			} else {
+				s.lease.Lost()
 				stop()
 			}
 		case <-s.shutdownCh:
@@ -44,18 +51,22 @@ func (s *Server) monitorLeadership() {
 
 // leaderLoop establishes leadership (Barrier, then duties on) and keeps it
 // until stopped.
-func (s *Server) leaderLoop(stopCh, done chan struct{}) {
+func (s *Server) leaderLoop(stopCh, done chan struct{}, tenureStart uint64) {
 	defer close(done)
 	s.logger.Info("won leadership; waiting for barrier")
 	for {
 		// Wait for the barrier, but not past losing leadership or shutdown:
 		// a future still queued when Raft stops is never answered.
+		mark := s.lease.Mark()
 		f := s.raft.Raft.Barrier(barrierTimeout)
 		res := make(chan error, 1)
 		go func() { res <- f.Error() }()
 		var err error
 		select {
 		case err = <-res:
+			if err == nil {
+				s.lease.Confirmed(mark)
+			}
 		case <-stopCh:
 			return
 		case <-s.shutdownCh:
@@ -71,6 +82,9 @@ func (s *Server) leaderLoop(stopCh, done chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	if s.noEarlierStorageCalls(tenureStart) {
+		s.lease.WaiveHoldoff()
+	}
 	s.ensureServerToken(stopCh)
 	s.setReadsReady(true)
 	s.setDuties(true)
@@ -81,12 +95,45 @@ func (s *Server) leaderLoop(stopCh, done chan struct{}) {
 	s.logger.Info("leadership lost; leader duties stopped")
 }
 
+// noEarlierStorageCalls: a storage call goes to a registered node, so
+// when every node in the state registered in this tenure (after
+// tenureStart), no earlier leader can have a call in flight and this
+// tenure need not hold off (a new cluster's first leader, a dev agent).
+func (s *Server) noEarlierStorageCalls(tenureStart uint64) bool {
+	nodes, err := s.fsm.State().Nodes(nil)
+	if err != nil {
+		return false
+	}
+	for _, n := range nodes {
+		if n.CreateIndex <= tenureStart {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Server) setDuties(enabled bool) {
 	s.dutiesMu.Lock()
 	duties := append([]LeaderDuty(nil), s.leaderDuties...)
 	s.dutiesMu.Unlock()
 	for _, d := range duties {
 		d.SetEnabled(enabled)
+	}
+}
+
+// confirmLeadership proves to the storage lease that this server leads:
+// a Barrier appends an entry and returns once it is committed (decision
+// 45). VerifyLeader would not do: a heartbeat answer sent before the
+// verification started can count towards it.
+func (s *Server) confirmLeadership() error {
+	f := s.raft.Raft.Barrier(forward.HoldTimeout)
+	res := make(chan error, 1)
+	go func() { res <- f.Error() }()
+	select {
+	case err := <-res:
+		return err
+	case <-s.shutdownCh:
+		return structs.ErrShutdown
 	}
 }
 

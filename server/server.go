@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/claimd/claimd/leaderlease"
 	"net"
 	netrpc "net/rpc"
 	"os"
@@ -49,6 +50,8 @@ type Server struct {
 	reconciler *reconcile.Reconciler
 	beats      *watcher.Heartbeats
 	attach     *attachment.Manager
+	// lease is the storage lease: storage calls only within it (decision 45).
+	lease *leaderlease.Lease
 	// limits is this server's share of the RPC port's limits.
 	limits *rpcLimits
 	// deps is what the endpoints see of this server, collected once.
@@ -185,11 +188,12 @@ func New(cfg Config) (*Server, error) {
 	s.fwd = forward.New(s.pool, s, s.shutdownCh, s.serverToken)
 	s.nodes = forward.NewNodeRouter(forward.NewNodeConns(), s.pool, s.otherServers, s.serverToken)
 	s.boot = newBootstrapper(s)
+	s.lease = leaderlease.New(cfg.StorageLease, s.confirmLeadership)
 	s.claims = newBatcher("claim", s.commitClaims, s.shutdownCh)
 	s.checkpoints = newBatcher("checkpoint", s.commitCheckpoints, s.shutdownCh)
 	// One attachment keeper for the claim path's publishes and the
 	// watcher's unpublishes alike.
-	s.attach = attachment.New(s, s.nodes, s.logger)
+	s.attach = attachment.New(s, s.nodes, s.lease, s.logger)
 	s.watcher = watcher.New(watcher.Config{
 		Workers: cfg.ReleaseWorkers, BackoffBase: cfg.ReleaseBackoffBase, BackoffMax: cfg.ReleaseBackoffMax,
 		GCInterval: cfg.ClaimGCInterval, Logger: s.logger,
@@ -417,6 +421,9 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 	if len(buf) > maxEntryBytes {
 		return nil, 0, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("entry is %d bytes, at most %d", len(buf), maxEntryBytes))
 	}
+	// The commit is also the proof of leadership a storage call needs
+	// (decision 45): mark the moment before the append.
+	mark := s.lease.Mark()
 	f := s.raft.Raft.Apply(buf, applyTimeout)
 	// Wait for the commit, but not past shutdown: an entry that can no
 	// longer reach a quorum must not hold a stopping server (its leader
@@ -437,6 +444,7 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 			}
 			return nil, 0, err
 		}
+		s.lease.Confirmed(mark)
 	case <-s.shutdownCh:
 		return nil, 0, structs.ErrShutdown
 	}

@@ -1,5 +1,10 @@
 package structs
 
+import (
+	"context"
+	"time"
+)
+
 // CSIControllerQuery is embedded in every controller call the servers make
 // (seed 5; the seed rules are listed in docs/architecture.md). When
 // ControllerNodeID is empty the server picks a node that runs a healthy
@@ -18,6 +23,29 @@ type NodeRouting struct {
 	// AuthToken is the server token when ACLs are on without TLS (with
 	// TLS, the server certificate is the credential).
 	AuthToken string
+	// Budget is how long the call may still run, counted by whoever
+	// receives it from when it arrived: what is left of the leader's
+	// storage lease when the call was sent (decision 45). Every hop
+	// passes on what is left of it; a relay or an agent does not start
+	// the call once it is spent. A duration, not a time: the machines'
+	// clocks are not compared. 0: the sender set none (an older server).
+	Budget time.Duration
+}
+
+// BudgetContext is the context a receiver runs the call in: Budget from
+// now, or parent's own limits when the sender set none.
+func (r *NodeRouting) BudgetContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if r.Budget <= 0 {
+		return context.WithCancel(parent)
+	}
+	return context.WithTimeout(parent, r.Budget)
+}
+
+// SetBudget records what is left of ctx's deadline as the call's budget.
+func (r *NodeRouting) SetBudget(ctx context.Context) {
+	if d, ok := ctx.Deadline(); ok {
+		r.Budget = max(time.Until(d), time.Nanosecond)
+	}
 }
 
 func (r *NodeRouting) Token() string     { return r.AuthToken }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -27,13 +28,17 @@ type Applier interface {
 // which decides on fresh state under the lock the claim path's publish
 // takes too.
 type Attachments interface {
+	// Begin starts a release pass under the leader's storage lease,
+	// before the pass reads the state (decision 45); its calls are made
+	// within the grant.
+	Begin() (*leaderlease.Grant, error)
 	// NodeDetach runs NodeUnpublish/NodeUnstage on a claim's node,
 	// wherever its session is.
-	NodeDetach(*structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
+	NodeDetach(*leaderlease.Grant, *structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
 	// Unpublish controller-detaches a node-detached claim's volume from
 	// its node unless another claim there still needs the attachment;
 	// attachment.ErrVolumeDeregistered when the volume is gone.
-	Unpublish(vol *structs.Volume, c *structs.Claim) error
+	Unpublish(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) error
 }
 
 // LeaseClock says when a lost node's lease has run out on this leader's

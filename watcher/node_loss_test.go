@@ -63,7 +63,7 @@ func setupLost(t *testing.T, l *fsmtest.Local, policy structs.NodeLostPolicy) {
 func startLeaseWatcher(t *testing.T, l *fsmtest.Local, leases LeaseClock) (*Watcher, *recordingCSI) {
 	t.Helper()
 	csi := &recordingCSI{}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, csi, fsmtest.HeldLease(), nil))
 	w.SetLeases(leases)
 	w.SetEnabled(true)
 	t.Cleanup(func() { w.SetEnabled(false) })

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/attachment"
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -24,6 +25,12 @@ func (e *permanentError) Error() string { return e.reason }
 // queuedAt is when the volume was queued for this pass: the release clock
 // of a past claim first seen here starts then.
 func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
+	// The lease before the read: every step below is decided on state
+	// read within it, and made only while it holds (decision 45).
+	g, err := w.attach.Begin()
+	if err != nil {
+		return err
+	}
 	state := w.state.State()
 	vol, err := state.VolumeByID(nil, volID)
 	if err != nil {
@@ -58,7 +65,7 @@ func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 		if c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
 			continue
 		}
-		fencedAt, err := w.nodeDetach(vol, c)
+		fencedAt, err := w.nodeDetach(g, vol, c)
 		if !fencedAt.IsZero() {
 			countFenced(vol.PluginID)
 		} else {
@@ -91,7 +98,7 @@ func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 	}
 	for _, c := range sortedPast(vol) {
 		if c.State == structs.ClaimStateNodeDetached {
-			err := w.controllerDetach(vol, c)
+			err := w.controllerDetach(g, vol, c)
 			countStep(vol.PluginID, stepControllerDetach, err)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("alloc %s on node %s: controller detach: %w", c.AllocID, c.NodeID, err))
@@ -136,7 +143,7 @@ func sortedPast(v *structs.Volume) []*structs.Claim {
 // stopped the workload and unmounted by itself, and the caller records the
 // claim as fenced. Under node_lost manual a lost node's claim waits for an
 // operator's `volume detach`, even once the node is back.
-func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) (fencedAt time.Time, err error) {
+func (w *Watcher) nodeDetach(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) (fencedAt time.Time, err error) {
 	state := w.state.State()
 	node, err := state.NodeByID(nil, c.NodeID)
 	if err != nil {
@@ -161,7 +168,7 @@ func (w *Watcher) nodeDetach(vol *structs.Volume, c *structs.Claim) (fencedAt ti
 		AllocID: c.AllocID, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		ReadOnly: c.Mode == structs.ClaimModeRead,
 	}
-	return time.Time{}, w.attach.NodeDetach(req, &structs.ClientCSINodeDetachResponse{})
+	return time.Time{}, w.attach.NodeDetach(g, req, &structs.ClientCSINodeDetachResponse{})
 }
 
 // lostClaim: the claim's allocation was lost with its node (or the node
@@ -210,8 +217,8 @@ func (w *Watcher) leaseRanOut(vol *structs.Volume, c *structs.Claim, node *struc
 // controllerDetach unpublishes the volume from the claim's node (package
 // attachment decides whether the node still needs it, S4). A volume gone
 // from the state ends the retries.
-func (w *Watcher) controllerDetach(vol *structs.Volume, c *structs.Claim) error {
-	err := w.attach.Unpublish(vol, c)
+func (w *Watcher) controllerDetach(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) error {
+	err := w.attach.Unpublish(g, vol, c)
 	if errors.Is(err, attachment.ErrVolumeDeregistered) {
 		return &permanentError{reason: fmt.Sprintf("volume %q was deregistered; nothing can be released", vol.ID)}
 	}

@@ -35,7 +35,7 @@ func TestSetGCInterval_RunningLeaderPicksItUp(t *testing.T) {
 	for _, e := range evals {
 		l.Must(t, structs.EvalCompleteRequestType, &structs.EvalCompleteRequest{EvalID: e.ID, Status: structs.EvalStatusFailed, StatusDescription: "lost, for the test"})
 	}
-	w := New(Config{GCInterval: time.Hour, BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, &recordingCSI{}, nil))
+	w := New(Config{GCInterval: time.Hour, BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, &recordingCSI{}, fsmtest.HeldLease(), nil))
 	w.SetEnabled(true)
 	defer w.SetEnabled(false)
 	w.SetGCInterval(20 * time.Millisecond)

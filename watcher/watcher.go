@@ -12,6 +12,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics/compat"
 
 	"github.com/claimd/claimd/fsm"
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -284,6 +285,12 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 				"lease_runs_out", lw.at.Round(0).UTC())
 		}
 		v.status.LeaseExpiresAt = lw.at
+	}
+	// A new leader's storage hold-off (decision 45) ends at a known time
+	// too: try again then.
+	var ho *leaderlease.HoldoffError
+	if errors.As(err, &ho) {
+		delay = min(delay, max(time.Until(ho.Until), 0)+10*time.Millisecond)
 	}
 	v.status.NextTry = time.Now().Add(delay)
 	if lw == nil || !onlyLeaseWaits(err) {

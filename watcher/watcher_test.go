@@ -88,7 +88,7 @@ func freed(l *fsmtest.Local) error {
 func startWatcher(t *testing.T, l *fsmtest.Local) *recordingCSI {
 	t.Helper()
 	csi := &recordingCSI{}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond}, l, l, attachment.New(l, csi, fsmtest.HeldLease(), nil))
 	w.SetEnabled(true)
 	t.Cleanup(func() { w.SetEnabled(false) })
 	return csi
@@ -108,7 +108,7 @@ func TestWatcher_FailedNodeDetachRetriesWithBackoffAndNeverDetachesController(t 
 	l := fsmtest.New()
 	setup(t, l)
 	csi := &recordingCSI{nodeFails: 3}
-	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
+	w := New(Config{BackoffBase: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond}, l, l, attachment.New(l, csi, fsmtest.HeldLease(), nil))
 	w.SetEnabled(true)
 	defer w.SetEnabled(false)
 	testutil.WaitFor(t, 5*time.Second, func() error { return freed(l) })
@@ -122,7 +122,7 @@ func TestWatcher_DisabledDoesNothingAndReEnableResumes(t *testing.T) {
 	l := fsmtest.New()
 	setup(t, l)
 	csi := &recordingCSI{nodeFails: 1000}
-	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, attachment.New(l, csi, nil))
+	w := New(Config{BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}, l, l, attachment.New(l, csi, fsmtest.HeldLease(), nil))
 	w.SetEnabled(true)
 	testutil.WaitFor(t, 5*time.Second, func() error {
 		if w.Status()["v1"].Attempts < 2 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/claimd/claimd/leaderlease"
 	"io"
 	"os"
 	"os/signal"
@@ -44,6 +45,7 @@ type agentFlags struct {
 	servers         string
 	plugins         pluginFlags
 	heartbeatTTL    time.Duration
+	storageLease    time.Duration
 	claimGCInterval time.Duration
 	reconcileEvery  time.Duration
 	releaseWorkers  int
@@ -147,6 +149,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
 	fs.StringVar(&f.raftLogStore, "raft-log-store", "", "server: the Raft log store, boltdb or wal (default: what the data dir holds, else "+raftnode.DefaultLogStore+"); a data dir keeps the kind it was made with")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", server.DefaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
+	fs.DurationVar(&f.storageLease, "storage-lease", leaderlease.Default, "server: the longest one storage call (publish, detach, ...) may take, and how long a new leader waits before its first (decision 45)")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-interval", reconcile.DefaultInterval, "server: how often the leader compares each plugin's storage (ListVolumes) with claimd's record; negative: only on demand (claimd volume reconcile)")
 	fs.IntVar(&f.releaseWorkers, "release-workers", watcher.DefaultWorkers, "server: volumes released in parallel by the leader")
@@ -411,6 +414,7 @@ func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logge
 		RaftMultiplier:     f.raftMultiplier,
 		RaftLogStore:       f.raftLogStore,
 		HeartbeatTTL:       f.heartbeatTTL,
+		StorageLease:       f.storageLease,
 		ClaimGCInterval:    f.claimGCInterval,
 		ReconcileInterval:  f.reconcileEvery,
 		ReleaseWorkers:     f.releaseWorkers,

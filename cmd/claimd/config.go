@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/claimd/claimd/leaderlease"
 	"math/big"
 	"net"
 	"os"
@@ -98,6 +99,7 @@ var configKeys = []configKey{
 	{"server", "raft_multiplier", "raft-multiplier", kFloat, false, positive, func(f *agentFlags) any { return &f.raftMultiplier }},
 	{"server", "raft_log_store", "raft-log-store", kString, false, raftLogStore, func(f *agentFlags) any { return &f.raftLogStore }},
 	{"server", "heartbeat_ttl", "heartbeat-ttl", kDuration, true, positive, func(f *agentFlags) any { return &f.heartbeatTTL }},
+	{"server", "storage_lease", "storage-lease", kDuration, false, storageLease, func(f *agentFlags) any { return &f.storageLease }},
 	{"server", "claim_gc_interval", "claim-gc-interval", kDuration, true, positive, func(f *agentFlags) any { return &f.claimGCInterval }},
 	{"server", "reconcile_interval", "reconcile-interval", kDuration, true, nil, func(f *agentFlags) any { return &f.reconcileEvery }},
 	{"server", "release_workers", "release-workers", kInt, false, positive, func(f *agentFlags) any { return &f.releaseWorkers }},
@@ -511,6 +513,14 @@ func (k configKey) set(f *agentFlags, from *agentFlags) {
 func nonEmpty(v any) error {
 	if v.(string) == "" {
 		return errors.New("must not be empty")
+	}
+	return nil
+}
+
+func storageLease(v any) error {
+	d := v.(time.Duration)
+	if d < leaderlease.Min || d > leaderlease.Max {
+		return fmt.Errorf("%s is outside %s to %s", d, leaderlease.Min, leaderlease.Max)
 	}
 	return nil
 }

@@ -44,6 +44,7 @@ server {
   raft_multiplier      = 1.5
   raft_log_store       = "wal"
   heartbeat_ttl        = "20s"
+  storage_lease        = "15s"
   claim_gc_interval    = "10m"
   reconcile_interval   = "5m"
   release_workers      = 8
@@ -95,7 +96,7 @@ const fullJSON = `{
   "debug_addr": "127.0.0.1:6060", "dev": false, "dev_insecure": false,
   "server": {
     "enabled": true, "bootstrap_expect": 3, "join": ["10.0.0.2:4647", "10.0.0.3:4647"],
-    "raft_multiplier": 1.5, "raft_log_store": "wal", "heartbeat_ttl": "20s", "claim_gc_interval": "10m", "reconcile_interval": "5m", "release_workers": 8,
+    "raft_multiplier": 1.5, "raft_log_store": "wal", "heartbeat_ttl": "20s", "storage_lease": "15s", "claim_gc_interval": "10m", "reconcile_interval": "5m", "release_workers": 8,
     "release_backoff_base": "2s", "release_backoff_max": "2m", "leave_on_terminate": true,
     "autopilot_cleanup_dead_servers": true
   },
@@ -157,7 +158,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		nodeName: "s1", dataDir: "/var/lib/claimd", bind: "10.0.0.1:4647", advertise: "10.0.0.1:4647",
 		httpAddr: "127.0.0.1:4646", httpHosts: "claimd.internal", logLevel: "warn", logJSON: true, debugAddr: "127.0.0.1:6060",
 		server: true, bootstrapExpect: 3, join: "10.0.0.2:4647,10.0.0.3:4647", raftMultiplier: 1.5, raftLogStore: "wal",
-		heartbeatTTL: 20 * time.Second, claimGCInterval: 10 * time.Minute, reconcileEvery: 5 * time.Minute, releaseWorkers: 8,
+		heartbeatTTL: 20 * time.Second, storageLease: 15 * time.Second, claimGCInterval: 10 * time.Minute, reconcileEvery: 5 * time.Minute, releaseWorkers: 8,
 		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
 		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload",

@@ -6,6 +6,7 @@ package fsmtest
 
 import (
 	"bytes"
+	"github.com/claimd/claimd/leaderlease"
 	"io"
 	"sync"
 	"testing"
@@ -97,3 +98,12 @@ type bufferSink struct{ bytes.Buffer }
 func (*bufferSink) ID() string    { return "fsmtest" }
 func (*bufferSink) Cancel() error { return nil }
 func (*bufferSink) Close() error  { return nil }
+
+// HeldLease is a storage lease held for good: the one leader of a test
+// without Raft, past its hold-off, whose every confirmation succeeds.
+func HeldLease() *leaderlease.Lease {
+	l := leaderlease.New(0, func() error { return nil })
+	l.Won()
+	l.WaiveHoldoff()
+	return l
+}
