@@ -13,7 +13,9 @@ package chaos
 //
 // The seed fixes the fault order and durations and every caller's choices;
 // it cannot fix the timing of a real cluster, so a replay reproduces the
-// schedule, not the interleaving.
+// schedule, not the interleaving. A run prints its seed to stderr as it
+// starts, with the command that replays it ("=== chaos <test>: seed N"),
+// so a run that times out still leaves it.
 //
 // # Who claims the workload's volumes (the parking volume)
 //

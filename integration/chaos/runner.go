@@ -143,6 +143,14 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	tc := newTracked(c)
 	c = tc
 	t.Logf("chaos seed %d (replay: -chaos.seed=%d)", opts.Seed, opts.Seed)
+	// Also on stderr at once: go test prints a test's t.Logf lines when it
+	// ends, and drops them when the binary times out, which would lose
+	// the seed of a run that hangs.
+	replay := fmt.Sprintf("-run '^%s$' -chaos.seed=%d", t.Name(), opts.Seed)
+	if opts.Duration > 0 {
+		replay += " -chaos.duration=" + opts.Duration.String()
+	}
+	fmt.Fprintf(os.Stderr, "=== chaos %s: seed %d (replay: go test -race %s ./integration/chaos/)\n", t.Name(), opts.Seed, replay)
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
 	res := &Result{Seed: opts.Seed, Notes: map[string]int{}}
 
