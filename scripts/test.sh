@@ -10,4 +10,8 @@ cd "$(dirname "$0")/.."
 go test -race -short -count=1 -p 1 -timeout 30m ./... "$@"
 # The chaos suite's short schedule: every nemesis once, all checkers
 # (in-process always; with real processes in network namespaces as root).
+# No -chaos.seed: each schedule (TestChaos_InProcess, TestChaos_Netns,
+# TestChaos_NetnsWAL) takes a new random seed on every run, printed at its
+# start ("=== chaos <test>: seed N (replay: ...)", shown when it fails or
+# times out) with the command that replays it.
 go test -race -count=1 -timeout 15m -run 'TestChaos_' ./integration/chaos/

@@ -413,66 +413,20 @@ func waitReleased(cl *api.Client, timeout time.Duration) error {
 	}
 }
 
-// checkDigests is S2: all servers' state digests are equal when they hash
-// the state at the same index (each digest names the index of the state it
-// hashed, not Raft's applied index, which runs ahead of the state machine:
-// fsm.StateStore.Digest). It polls until every server reports the same
-// index (the cluster is idle by now).
+// checkDigests is S2 once the workload has stopped and every claim is
+// freed: every server caught up (one round in which all report the same
+// state index) and holds the same state there. Each digest names the index
+// of the state it hashed (fsm.StateStore.Digest), not Raft's applied
+// index, which runs ahead of the state machine (digests.go).
 func checkDigests(c Cluster, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ds := map[string]*structs.StateDigest{}
-		var errs []string
-		for _, s := range c.Servers() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			d, err := c.Digest(ctx, s)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", s, err))
-				continue
-			}
-			ds[s] = d
-		}
-		if len(errs) == 0 {
-			var idx uint64
-			same := true
-			for _, d := range ds {
-				if d.AppliedIndex == 0 || (idx != 0 && d.AppliedIndex != idx) {
-					same = false
-				}
-				idx = d.AppliedIndex
-			}
-			if same {
-				var first string
-				for _, s := range c.Servers() {
-					if first == "" {
-						first = ds[s].SHA256
-					} else if ds[s].SHA256 != first {
-						return fmt.Errorf("S2: state digests differ at applied index %d: %s", idx, describeDigests(c, ds))
-					}
-				}
-				return nil
-			}
-			last = describeDigests(c, ds)
-		} else {
-			last = strings.Join(errs, "; ")
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("S2: could not compare state digests within %s: %s", timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+	r := compareDigests(c, timeout, true)
+	switch {
+	case r.Violation != "":
+		return fmt.Errorf("S2: %s", r.Violation)
+	case r.Inconclusive != "":
+		return fmt.Errorf("S2: could not compare state digests: %s", r.Inconclusive)
 	}
-}
-
-func describeDigests(c Cluster, ds map[string]*structs.StateDigest) string {
-	var parts []string
-	for _, s := range c.Servers() {
-		if d := ds[s]; d != nil {
-			parts = append(parts, fmt.Sprintf("%s@%d=%.12s", s, d.AppliedIndex, d.SHA256))
-		}
-	}
-	return strings.Join(parts, " ")
+	return nil
 }
 
 // saveFailure writes what a failing run leaves for its reader.

@@ -13,7 +13,9 @@ package chaos
 //
 // The seed fixes the fault order and durations and every caller's choices;
 // it cannot fix the timing of a real cluster, so a replay reproduces the
-// schedule, not the interleaving.
+// schedule, not the interleaving. A run prints its seed to stderr as it
+// starts, with the command that replays it ("=== chaos <test>: seed N"),
+// so a run that times out still leaves it.
 //
 // # Who claims the workload's volumes (the parking volume)
 //
@@ -99,6 +101,23 @@ package chaos
 // backend runs mutual TLS with ACLs on (the workload with a token of its
 // own that grants only what it calls) and checks at the end that it did;
 // the in-process backend stays plaintext, so that path is covered too.
+//
+// # Identical state on every server (S2), after every fault
+//
+// S2 is checked after each fault heals, under the running workload, and
+// once more at the end, idle (digests.go). Each server's Status.StateDigest
+// hashes one frozen view of its state and names that view's own index
+// (fsm.StateStore.Digest), not Raft's applied index, which runs ahead of
+// the state machine; two digests naming one index must be equal. After a
+// fault every server is sampled on its own, as fast as it answers, for up
+// to 10 s: a mismatch at a shared index, or a hash that changes while its
+// index does not, fails the run with the fault and every digest. The
+// check is done when one index was seen on every server, or when servers
+// seen at shared indexes link all of them (s1=s3 at 7, s1=s2 at 5): a
+// server whose state left the others' history would differ at any later
+// index. A server not linked in time is only a note (a restarted one may
+// still be catching up); at the end every server must report the same
+// index in one round, equal there.
 
 // # Node loss
 //

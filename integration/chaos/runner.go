@@ -31,6 +31,12 @@ func checkTimeout(duration time.Duration) time.Duration {
 	return max(60*time.Second, duration/4)
 }
 
+// digestsAfterFault bounds the comparison of the servers' states after
+// each fault heals (compareDigests): a restarted server has this long to
+// catch up and be seen at a state index the others were seen at; it is
+// not a failure if it is not (the check at the end requires it).
+const digestsAfterFault = 10 * time.Second
+
 // Options shape one chaos run. Zero values take the defaults shown.
 type Options struct {
 	// Duration of the fault schedule; 0 = the short CI schedule (every
@@ -143,6 +149,14 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	tc := newTracked(c)
 	c = tc
 	t.Logf("chaos seed %d (replay: -chaos.seed=%d)", opts.Seed, opts.Seed)
+	// Also on stderr at once: go test prints a test's t.Logf lines when it
+	// ends, and drops them when the binary times out, which would lose
+	// the seed of a run that hangs.
+	replay := fmt.Sprintf("-run '^%s$' -chaos.seed=%d", t.Name(), opts.Seed)
+	if opts.Duration > 0 {
+		replay += " -chaos.duration=" + opts.Duration.String()
+	}
+	fmt.Fprintf(os.Stderr, "=== chaos %s: seed %d (replay: go test -race %s ./integration/chaos/)\n", t.Name(), opts.Seed, replay)
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
 	res := &Result{Seed: opts.Seed, Notes: map[string]int{}}
 
@@ -210,11 +224,29 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 			fail("nemesis %s: undo: %v", s.n.name, err)
 		}
 		w.h.SetNemesis("none", "")
-		// Recovery: a leader again, then a little fault-free time.
+		// Recovery: a leader again, then a little fault-free time, in
+		// which every server's state is compared (S2) under the load.
+		healed := time.Now()
 		if _, err := env.leader(); err != nil {
 			fail("after %s healed: %v", s.n.name, err)
 		}
-		time.Sleep(s.off)
+		r := compareDigests(c, digestsAfterFault, false)
+		switch {
+		case r.Violation != "":
+			fail("S2 after fault %s (%s): %s", s.n.name, desc, r.Violation)
+		case r.Inconclusive != "":
+			res.Notes["faults after which not every server's state was compared"]++
+			t.Logf("S2 after fault %s: not compared: %s", s.n.name, r.Inconclusive)
+		case r.Links != "":
+			res.Notes["faults after which every server's state was compared"]++
+			t.Logf("S2 after fault %s: every server's state compared, by pairs: %s (%d digests, %s after the heal)",
+				s.n.name, r.Links, r.Rounds, time.Since(healed).Round(time.Millisecond))
+		default:
+			res.Notes["faults after which every server's state was compared"]++
+			t.Logf("S2 after fault %s: every server has the same state at index %d (%d digests, %s after the heal)",
+				s.n.name, r.Index, r.Rounds, time.Since(healed).Round(time.Millisecond))
+		}
+		time.Sleep(s.off - time.Since(healed))
 	}
 
 	// Everything heals; the workload runs fault-free a moment and stops.
