@@ -89,6 +89,9 @@ func (m *Manager) call(g *leaderlease.Grant, nodeID, method string, routing *str
 			m.logger.Debug("storage call not made", "method", method, "node", nodeID, "error", err)
 			return err
 		}
+		if d, ok := ctx.Deadline(); ok {
+			m.logger.Trace("storage call", "method", method, "node", nodeID, "budget", time.Until(d))
+		}
 	}
 	defer cancel()
 	return m.nodes.Call(ctx, nodeID, method, routing, args, reply)

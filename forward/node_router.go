@@ -85,8 +85,16 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 	return r.pool.RPC(ctx, addr, method, args, reply)
 }
 
+// sessionGrace is how long findServer waits for the other servers once
+// one has said it holds the node's session: a newer session elsewhere
+// exists only in the moment an agent moves, and a server that is stopped
+// or cut off must not cost every node call its whole timeout (a storage
+// call's budget is a few seconds: decision 46).
+const sessionGrace = 250 * time.Millisecond
+
 // findServer asks every other server whether it holds the node's session
-// and returns the one with the newest.
+// and returns the one with the newest, waiting for every answer only
+// until one server has said yes and sessionGrace has passed.
 func (r *NodeRouter) findServer(ctx context.Context, nodeID string) (string, error) {
 	type answer struct {
 		addr string
@@ -106,11 +114,21 @@ func (r *NodeRouter) findServer(ctx context.Context, nodeID string) (string, err
 		}(addr)
 	}
 	best := answer{}
+	var grace <-chan time.Time
 	for range peers {
-		a := <-answers
-		if a.resp.Connected && a.resp.Established > best.resp.Established {
-			best = a
+		select {
+		case a := <-answers:
+			if a.resp.Connected && a.resp.Established > best.resp.Established {
+				best = a
+				if grace == nil {
+					grace = time.After(sessionGrace)
+				}
+			}
+			continue
+		case <-grace:
+		case <-ctx.Done():
 		}
+		break
 	}
 	if best.addr == "" {
 		return "", structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node %q is not connected to any server", nodeID))

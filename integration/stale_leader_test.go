@@ -3,7 +3,6 @@ package integration
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,7 +57,7 @@ func (e *staleLeaderEnv) startAgents(t *testing.T) {
 		a, err := client.New(client.Config{
 			Servers: servers, DataDir: filepath.Join(e.dir, w), NodeName: w,
 			Plugins: []csi.PluginConfig{e.plugins[w].Config()}, ProbeInterval: 200 * time.Millisecond,
-			Logger: hclog.New(&hclog.LoggerOptions{Name: w, Output: io.Discard}),
+			Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-" + w, Output: os.Stderr, Level: hclog.Info}),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@
 package faultpoint
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -44,7 +45,9 @@ func Stop(point string) {
 		if os.WriteFile(file, []byte(strings.Join(rest, "\n")), 0o600) != nil {
 			return
 		}
+		fmt.Fprintf(os.Stderr, "fault point %s: stopping\n", point)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		fmt.Fprintf(os.Stderr, "fault point %s: resumed\n", point)
 		return
 	}
 }
