@@ -128,6 +128,7 @@ func nemeses() []nemesis {
 			}
 			return func() error { return n.c.Resume(l) }, "SIGSTOP " + l, n.c.Pause(l)
 		}},
+		{name: "pause-leader-at-storage-call", minOn: 16 * time.Second, start: pauseAtStorageCall},
 		{name: "isolate-worker", start: func(n *nemesisEnv) (func() error, string, error) {
 			ws := n.c.Workers()
 			w := ws[n.rng.IntN(len(ws))].Name
@@ -150,6 +151,40 @@ func nemeses() []nemesis {
 				"attachments added and removed on the storage behind claimd's back", nil
 		}, during: tamperStorage},
 	}
+}
+
+// storagePauser is a backend whose servers can stop themselves exactly
+// between deciding a storage call and making it (real processes with
+// fault points: the netns backend).
+type storagePauser interface {
+	PauseAtStorageCall(server string, wait time.Duration) (bool, error)
+}
+
+// pauseAtStorageCall stops the leader at its next storage call (a
+// publish, node detach or controller detach it has decided on) and keeps
+// it stopped past a new leader's hold-off, so that the new leader frees
+// and re-grants volumes meanwhile; resumed, the old leader must make no
+// storage call (decision 46; the audit check sees one as S1 or S3). With
+// no storage call within 10 s, or on a backend without fault points, it is
+// a plain pause of the leader.
+func pauseAtStorageCall(n *nemesisEnv) (func() error, string, error) {
+	l, err := n.leader()
+	if err != nil {
+		return nil, "", err
+	}
+	undo := func() error { return n.c.Resume(l) }
+	if sp, ok := n.c.(storagePauser); ok {
+		stopped, err := sp.PauseAtStorageCall(l, 10*time.Second)
+		if err != nil {
+			return nil, "", err
+		}
+		if stopped {
+			n.notes["leaders stopped at a storage call"]++
+			return undo, "SIGSTOP " + l + " at a storage call", nil
+		}
+		n.notes["leaders paused with no storage call in flight"]++
+	}
+	return undo, "SIGSTOP " + l, n.c.Pause(l)
 }
 
 // transferMidDetach waits for a claim that is being released (a past

@@ -83,6 +83,7 @@ import (
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/integration/netlab"
+	"github.com/claimd/claimd/internal/faultpoint"
 	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
@@ -207,6 +208,8 @@ type nsServer struct {
 	addr     string // bound, direct
 	peerAddr string // advertised: the proxy, or addr with DirectPeers
 	proc     *nsProc
+	// faultPoints is the file the server's $CLAIMD_FAULT_POINTS names.
+	faultPoints string
 }
 
 type nsWorker struct {
@@ -310,6 +313,12 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		}
 		args = append(args, opts.ServerArgs...)
 		s.proc = c.newProc(name, name, args, nil)
+		// The pause-at-storage-call nemesis arms fault points here.
+		s.faultPoints = filepath.Join(dataDir, name+"-fault-points")
+		if err := os.WriteFile(s.faultPoints, nil, 0o600); err != nil {
+			t.Fatalf("netns: %v", err)
+		}
+		s.proc.env = []string{faultpoint.Env + "=" + s.faultPoints}
 	}
 	deadline := time.Now().Add(opts.StartTimeout)
 	for _, name := range c.names {
@@ -783,6 +792,52 @@ func (c *netnsCluster) Pause(server string) error {
 	return s.proc.pause()
 }
 
+// storageCallPoints are the fault points of a leader's storage calls
+// (attachment.Manager.call): it stops after deciding one, before its lease
+// is checked.
+var storageCallPoints = []string{
+	"storage-call:ClientCSI.ControllerAttachVolume",
+	"storage-call:ClientCSI.ControllerDetachVolume",
+	"storage-call:ClientCSI.NodeDetachVolume",
+}
+
+// PauseAtStorageCall implements storagePauser: the server stops itself
+// (SIGSTOP) at its next storage call, if it makes one within wait. It
+// reports whether it stopped there; either way no point stays armed, and
+// Resume continues it.
+func (c *netnsCluster) PauseAtStorageCall(server string, wait time.Duration) (bool, error) {
+	s, err := c.server(server)
+	if err != nil {
+		return false, err
+	}
+	if err := os.WriteFile(s.faultPoints, []byte(strings.Join(storageCallPoints, "\n")+"\n"), 0o600); err != nil {
+		return false, err
+	}
+	s.proc.mu.Lock()
+	pid := 0
+	if s.proc.running() {
+		pid = s.proc.cmd.Process.Pid
+	}
+	s.proc.mu.Unlock()
+	stopped := func() bool { st := nsProcState(pid); return st == 'T' || st == 't' }
+	_ = nsPoll(wait, func() error {
+		if pid == 0 || stopped() {
+			return nil
+		}
+		return errors.New("no storage call yet")
+	})
+	// Disarm, then look once more: a stop may have raced the disarming.
+	err = os.WriteFile(s.faultPoints, nil, 0o600)
+	if pid == 0 || !stopped() {
+		return false, err
+	}
+	s.proc.mu.Lock()
+	s.proc.paused = true
+	s.proc.mu.Unlock()
+	c.t.Logf("netns: %s stopped itself at a storage call", server)
+	return true, err
+}
+
 // Resume implements Cluster: SIGCONT to a paused server (no-op otherwise).
 func (c *netnsCluster) Resume(server string) error {
 	s, err := c.server(server)
@@ -1052,6 +1107,7 @@ type nsProc struct {
 	allowExit func(code int) bool
 
 	mu         sync.Mutex
+	env        []string // added to the environment
 	cmd        *exec.Cmd
 	done       chan struct{} // closed when cmd is reaped
 	want       bool          // started and not killed by the backend
@@ -1109,6 +1165,9 @@ func (p *nsProc) start() error {
 	defer f.Close() // the child holds its own descriptor
 	fmt.Fprintf(f, "=== netns: start %d of %s in %s at %s\n", len(p.pids)+1, p.name, p.host, time.Now().Format(time.RFC3339Nano))
 	cmd := p.c.lab.Exec(p.host, p.c.bin, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
