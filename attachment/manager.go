@@ -23,7 +23,7 @@ type NodeCaller interface {
 	Call(ctx context.Context, nodeID, method string, routing *structs.NodeRouting, args, reply any) error
 }
 
-// Lease is the leader's storage lease (leaderlease.Lease, decision 45): an
+// Lease is the leader's storage lease (leaderlease.Lease, decision 46): an
 // operation begins before it reads the state it decides on, and each
 // storage call it makes runs within its grant.
 type Lease interface {

@@ -25,7 +25,7 @@ func (m *Manager) Publish(claim *structs.Claim, record func(publishContext map[s
 		return nil, nil
 	}
 	// The lease first: what follows is decided on state read after it
-	// (decision 45). A claim just committed by this leader is its proof.
+	// (decision 46). A claim just committed by this leader is its proof.
 	g, err := m.lease.Begin()
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ var ErrVolumeDeregistered = errors.New("volume deregistered")
 // destructive controller call per plugin runs at a time.
 //
 // g is the grant of the release that read the claim (nil: one begun now);
-// the detach is made only within it (decision 45).
+// the detach is made only within it (decision 46).
 func (m *Manager) Unpublish(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) error {
 	if g == nil {
 		var err error

@@ -19,7 +19,7 @@ const callTimeout = 90 * time.Second
 
 // callContext bounds one plugin operation a server started by the budget
 // the call brought (what was left of the leader's storage lease when it
-// was sent, decision 45), at most callTimeout: a deposed leader's call
+// was sent, decision 46), at most callTimeout: a deposed leader's call
 // that arrives late ends with its lease, at the plugin too (gRPC passes
 // the deadline on).
 func (e *csiEndpoint) callContext(r *structs.NodeRouting) (context.Context, context.CancelFunc) {

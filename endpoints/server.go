@@ -124,7 +124,7 @@ type Releases interface {
 type Attachments interface {
 	Publish(claim *structs.Claim, record func(publishContext map[string]string) error, release func()) (*structs.Claim, error)
 	ControllerCall(method string, q *structs.CSIControllerQuery, routing *structs.NodeRouting, args, reply any, answered func(node string)) error
-	// NodeDetach with a nil grant: one is begun for the call (decision 45).
+	// NodeDetach with a nil grant: one is begun for the call (decision 46).
 	NodeDetach(*leaderlease.Grant, *structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
 	NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error
 	NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error

@@ -61,7 +61,7 @@ func (r *NodeRouter) Call(ctx context.Context, nodeID, method string, routing *s
 		defer cancel()
 	}
 	// A storage call's budget is what is left of the leader's lease
-	// (decision 45): once it is spent the call must not start, here or
+	// (decision 46): once it is spent the call must not start, here or
 	// at the next hop.
 	if err := ctx.Err(); err != nil {
 		return structs.NewError(structs.CodeTimeout, fmt.Sprintf("%s for node %q not sent: its time ran out (%v)", method, nodeID, err))

@@ -411,7 +411,7 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 		return csiCalls(e.plugins["w1"].Audit(), "NodeUnpublishVolume", "ext-v1", "ext-w1", "ok", "/per-alloc/a1/")
 	}
 
-	// A follower makes no storage call of its own (decision 45): only
+	// A follower makes no storage call of its own (decision 46): only
 	// the leader does.
 	err := call(f2, "ClientCSI.NodeDetachVolume", &detach)
 	checkCodedErr(t, "node detach made at a follower", err, structs.ErrNoLeader, "storage calls are made only by the leader")
@@ -490,7 +490,7 @@ func TestClientCSI_ControllerNodeWithoutPlugin_IsRefused(t *testing.T) {
 	e.addNode(t, "ctrl", hostdir.ModeController, f2)
 	e.waitPlugin(t, 1, 1)
 	w1, ctrl := e.nodeID("w1"), e.nodeID("ctrl")
-	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 45)
+	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 46)
 
 	_, err := csiAttach(t, cl, csiAttachReq(w1, "hostdir", "v1", "w1"))
 	checkCodedErr(t, "controller attach naming a node-only node", err, structs.ErrInvalid, "controller_node_id", w1, "hostdir")
@@ -549,7 +549,7 @@ func TestClientCSI_ControllerCall_TriesNextHealthyController(t *testing.T) {
 	e.addNode(t, "c2", hostdir.ModeController, e.leader)
 	e.waitPlugin(t, 1, 2)
 	c1, c2 := e.nodeID("c1"), e.nodeID("c2")
-	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 45)
+	cl := e.apis[e.leader.Name] // storage calls are the leader's (decision 46)
 
 	// c1 fails once with Unavailable: the call that named it is answered by c2.
 	e.plugins["c1"].SetControl(hostdir.Control{Fail: map[string]int{"ControllerPublishVolume": 1}})

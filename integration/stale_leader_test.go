@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -253,10 +254,11 @@ func (e *staleLeaderEnv) storageCalls() []hostdir.AuditEntry {
 // TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader stops
 // the leader (SIGSTOP, the whole process) exactly between deciding a
 // storage call and making it: a claim's controller publish, a release's
-// node detach, a release's controller detach. Meanwhile a new leader frees
-// the volume and grants it to the other node. When the old leader resumes
-// it must make no storage call at all: its lease ran out while it was
-// stopped, its confirmation fails, and it drops the call (decision 45).
+// node detach, a release's controller detach, a controller expand.
+// Meanwhile a new leader frees the volume and grants it to the other node
+// (or grows it further). When the old leader resumes it must make no
+// storage call at all: its lease ran out while it was stopped, its
+// confirmation fails, and it drops the call (decision 46).
 // Before the lease it sent the stale call (issue 37: a ControllerPublish
 // of a single-node volume to a second node).
 func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testing.T) {
@@ -271,6 +273,14 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 		// setup runs before the point is armed; trigger makes the leader
 		// decide the call (it stops inside it).
 		setup, trigger func(t *testing.T, vol string)
+		// meanwhile is what the new leader does; nil: it frees the volume
+		// (the agent's claim of a1 goes on through another server, the
+		// allocation is stopped, its release done) and gives it to an
+		// allocation on w2.
+		meanwhile func(t *testing.T, vol string)
+		// created: the volume is created through the plugin, not only
+		// registered.
+		created bool
 	}{
 		{
 			name: "publish", method: "ClientCSI.ControllerAttachVolume",
@@ -287,17 +297,42 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 			setup:   func(t *testing.T, vol string) { e.run(t, e.leader, vol, vol+"-a1", "w1") },
 			trigger: func(t *testing.T, vol string) { e.stop(t, e.leader, vol+"-a1") },
 		},
+		{
+			// The old leader decided to grow the volume to 4 MiB; the new
+			// one grows it to 6 MiB. A stale expand after that would be
+			// made on state the old leader read before the new one's.
+			name: "expand", method: "ClientCSI.ControllerExpandVolume", created: true,
+			setup: func(t *testing.T, vol string) {},
+			trigger: func(t *testing.T, vol string) {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					_, _ = e.apis[e.leader].ExpandVolume(ctx, vol, 4<<20)
+				}()
+			},
+			meanwhile: func(t *testing.T, vol string) {
+				harness.WaitFor(t, 60*time.Second, func() error {
+					_, err := e.apis[e.leader].ExpandVolume(harness.Ctx(t, 30*time.Second), vol, 6<<20)
+					return err
+				})
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := "v-" + tc.name
-			if _, err := e.apis[e.leader].RegisterVolumes(harness.Ctx(t, 10*time.Second), &structs.Volume{
+			e.leader = e.waitLeader(t, "")
+			e.startAgents(t)
+			if tc.created {
+				harness.WaitFor(t, 60*time.Second, func() error {
+					_, err := e.apis[e.leader].CreateVolume(harness.Ctx(t, 30*time.Second), createSpec(vol))
+					return err
+				})
+			} else if _, err := e.apis[e.leader].RegisterVolumes(harness.Ctx(t, 10*time.Second), &structs.Volume{
 				ID: vol, ExternalID: vol, PluginID: "hostdir",
 				AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem}); err != nil {
 				t.Fatal(err)
 			}
-			e.leader = e.waitLeader(t, "")
-			e.startAgents(t)
 			tc.setup(t, vol)
 			e.arm(t, "storage-call:"+tc.method)
 			tc.trigger(t, vol)
@@ -305,18 +340,19 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 			// A case that fails leaves no server stopped for the next.
 			t.Cleanup(func() { _ = syscall.Kill(e.procs[old].PID(), syscall.SIGCONT) })
 
-			// A new leader frees the volume (the agent's claim of a1 goes
-			// on through another server, the allocation is stopped, its
-			// release done) and gives it to an allocation on w2.
 			e.leader = e.waitLeader(t, old)
-			e.stop(t, e.leader, vol+"-a1")
-			e.waitVolume(t, e.leader, vol, func(v *structs.Volume) error {
-				if len(v.PastClaims) > 0 || len(v.WriteClaims) > 0 {
-					return fmt.Errorf("exp: every claim freed got: %d past, %d live", len(v.PastClaims), len(v.WriteClaims))
-				}
-				return nil
-			})
-			e.run(t, e.leader, vol, vol+"-a2", "w2")
+			if tc.meanwhile != nil {
+				tc.meanwhile(t, vol)
+			} else {
+				e.stop(t, e.leader, vol+"-a1")
+				e.waitVolume(t, e.leader, vol, func(v *structs.Volume) error {
+					if len(v.PastClaims) > 0 || len(v.WriteClaims) > 0 {
+						return fmt.Errorf("exp: every claim freed got: %d past, %d live", len(v.PastClaims), len(v.WriteClaims))
+					}
+					return nil
+				})
+				e.run(t, e.leader, vol, vol+"-a2", "w2")
+			}
 			before := len(e.storageCalls())
 
 			// The old leader resumes where it stopped, on stale state.
@@ -334,8 +370,14 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 				t.Fatalf("deposed leader exp: no storage call after the new leader's got: %+v", calls[before:])
 			}
 			// The old leader rejoins as a follower, and the volume stays
-			// w2's.
+			// as the new leader left it.
 			e.waitVolume(t, old, vol, func(v *structs.Volume) error {
+				if tc.meanwhile != nil {
+					if v.Capacity != 6<<20 {
+						return fmt.Errorf("exp: the new leader's 6 MiB got: %d bytes", v.Capacity)
+					}
+					return nil
+				}
 				if c := v.WriteClaims[vol+"-a2"]; c == nil || !c.ControllerPublished || len(v.WriteClaims) != 1 {
 					return fmt.Errorf("exp: only w2's claim got: %v", v.WriteClaims)
 				}

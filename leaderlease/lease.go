@@ -1,4 +1,4 @@
-// Package leaderlease is the leader's storage lease (decision 45): the
+// Package leaderlease is the leader's storage lease (decision 46): the
 // proof a server needs before it makes a storage call (a plugin or node
 // call on behalf of the replicated state), and how long that proof is good
 // for.

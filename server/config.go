@@ -61,7 +61,7 @@ type Config struct {
 	ReconcileRepairGrace time.Duration
 	// StorageLease bounds every storage call the leader makes and how long
 	// a new leader waits before its first (0 = leaderlease.Default;
-	// decision 45).
+	// decision 46).
 	StorageLease time.Duration
 	// Autopilot tunes the leader's Raft health checks and dead-server
 	// cleanup (server/autopilot.go).

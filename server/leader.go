@@ -32,7 +32,7 @@ func (s *Server) monitorLeadership() {
 					continue
 				}
 				// The tenure starts now: a new leader's hold-off counts
-				// from here (decision 45).
+				// from here (decision 46).
 				s.lease.Won()
 				// Entries after this index are this tenure's (or, in a
 				// race, taken for an earlier one: the safe direction).

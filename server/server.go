@@ -50,7 +50,7 @@ type Server struct {
 	reconciler *reconcile.Reconciler
 	beats      *watcher.Heartbeats
 	attach     *attachment.Manager
-	// lease is the storage lease: storage calls only within it (decision 45).
+	// lease is the storage lease: storage calls only within it (decision 46).
 	lease *leaderlease.Lease
 	// limits is this server's share of the RPC port's limits.
 	limits *rpcLimits
@@ -422,7 +422,7 @@ func (s *Server) Apply(t structs.MessageType, msg any) (any, uint64, error) {
 		return nil, 0, structs.NewError(structs.CodeTooLarge, fmt.Sprintf("entry is %d bytes, at most %d", len(buf), maxEntryBytes))
 	}
 	// The commit is also the proof of leadership a storage call needs
-	// (decision 45): mark the moment before the append.
+	// (decision 46): mark the moment before the append.
 	mark := s.lease.Mark()
 	f := s.raft.Raft.Apply(buf, applyTimeout)
 	// Wait for the commit, but not past shutdown: an entry that can no

@@ -25,7 +25,7 @@ type NodeRouting struct {
 	AuthToken string
 	// Budget is how long the call may still run, counted by whoever
 	// receives it from when it arrived: what is left of the leader's
-	// storage lease when the call was sent (decision 45). Every hop
+	// storage lease when the call was sent (decision 46). Every hop
 	// passes on what is left of it; a relay or an agent does not start
 	// the call once it is spent. A duration, not a time: the machines'
 	// clocks are not compared. 0: the sender set none (an older server).

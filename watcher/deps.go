@@ -29,7 +29,7 @@ type Applier interface {
 // takes too.
 type Attachments interface {
 	// Begin starts a release pass under the leader's storage lease,
-	// before the pass reads the state (decision 45); its calls are made
+	// before the pass reads the state (decision 46); its calls are made
 	// within the grant.
 	Begin() (*leaderlease.Grant, error)
 	// NodeDetach runs NodeUnpublish/NodeUnstage on a claim's node,

@@ -26,7 +26,7 @@ func (e *permanentError) Error() string { return e.reason }
 // of a past claim first seen here starts then.
 func (w *Watcher) releaseVolume(volID string, queuedAt time.Time) error {
 	// The lease before the read: every step below is decided on state
-	// read within it, and made only while it holds (decision 45).
+	// read within it, and made only while it holds (decision 46).
 	g, err := w.attach.Begin()
 	if err != nil {
 		return err

@@ -286,7 +286,7 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 		}
 		v.status.LeaseExpiresAt = lw.at
 	}
-	// A new leader's storage hold-off (decision 45) ends at a known time
+	// A new leader's storage hold-off (decision 46) ends at a known time
 	// too: try again then.
 	var ho *leaderlease.HoldoffError
 	if errors.As(err, &ho) {

@@ -149,7 +149,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.Float64Var(&f.raftMultiplier, "raft-multiplier", defaultRaftMultiplier, "scale Raft timeouts (1 = production; tests use less)")
 	fs.StringVar(&f.raftLogStore, "raft-log-store", "", "server: the Raft log store, boltdb or wal (default: what the data dir holds, else "+raftnode.DefaultLogStore+"); a data dir keeps the kind it was made with")
 	fs.DurationVar(&f.heartbeatTTL, "heartbeat-ttl", server.DefaultHeartbeatTTL, "server: how soon client nodes must heartbeat before they are marked down")
-	fs.DurationVar(&f.storageLease, "storage-lease", leaderlease.Default, "server: the longest one storage call (publish, detach, ...) may take, and how long a new leader waits before its first (decision 45)")
+	fs.DurationVar(&f.storageLease, "storage-lease", leaderlease.Default, "server: the longest one storage call (publish, detach, ...) may take, and how long a new leader waits before its first (decision 46)")
 	fs.DurationVar(&f.claimGCInterval, "claim-gc-interval", watcher.DefaultGCInterval, "server: how often the claim GC looks for past claims without an eval")
 	fs.DurationVar(&f.reconcileEvery, "reconcile-interval", reconcile.DefaultInterval, "server: how often the leader compares each plugin's storage (ListVolumes) with claimd's record; negative: only on demand (claimd volume reconcile)")
 	fs.IntVar(&f.releaseWorkers, "release-workers", watcher.DefaultWorkers, "server: volumes released in parallel by the leader")
