@@ -28,7 +28,7 @@ func (m *Manager) Publish(claim *structs.Claim, record func(publishContext map[s
 	// (decision 46). A claim just committed by this leader is its proof.
 	g, err := m.lease.Begin()
 	if err != nil {
-		return nil, err
+		return nil, structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))
 	}
 	state := m.state.State()
 	vol, err := state.VolumeByID(nil, claim.VolumeID)
@@ -131,8 +131,9 @@ func (m *Manager) controllerPublish(g *leaderlease.Grant, claim *structs.Claim, 
 	if isLeaseRefusal(err) {
 		// Nothing was asked of the controller: the claim stays taken and
 		// unpublished, and the client's retry (on whichever server leads
-		// then) publishes it.
-		return err
+		// then) publishes it. The error says the claim got as far as the
+		// publish, like any publish failure: its outcome is not a refusal.
+		return structs.Wrap(err, fmt.Sprintf("controller publish of volume %q", claim.VolumeID))
 	}
 	if err != nil {
 		release()
