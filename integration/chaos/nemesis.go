@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -153,6 +154,10 @@ func nemeses() []nemesis {
 	}
 }
 
+// errNoFaultPoints: the backend's servers cannot stop themselves at a
+// storage call (in-process servers share one process).
+var errNoFaultPoints = errors.New("no fault points on this backend")
+
 // storagePauser is a backend whose servers can stop themselves exactly
 // between deciding a storage call and making it (real processes with
 // fault points: the netns backend).
@@ -175,14 +180,16 @@ func pauseAtStorageCall(n *nemesisEnv) (func() error, string, error) {
 	undo := func() error { return n.c.Resume(l) }
 	if sp, ok := n.c.(storagePauser); ok {
 		stopped, err := sp.PauseAtStorageCall(l, 10*time.Second)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoFaultPoints):
+		case err != nil:
 			return nil, "", err
-		}
-		if stopped {
+		case stopped:
 			n.notes["leaders stopped at a storage call"]++
 			return undo, "SIGSTOP " + l + " at a storage call", nil
+		default:
+			n.notes["leaders paused with no storage call in flight"]++
 		}
-		n.notes["leaders paused with no storage call in flight"]++
 	}
 	return undo, "SIGSTOP " + l, n.c.Pause(l)
 }

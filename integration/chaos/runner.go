@@ -530,6 +530,20 @@ func (c *tracked) Restart(s string) error {
 	return err
 }
 
+// PauseAtStorageCall passes the nemesis through to a backend with fault
+// points (errNoFaultPoints otherwise), and remembers a server it stopped.
+func (c *tracked) PauseAtStorageCall(s string, wait time.Duration) (bool, error) {
+	sp, ok := c.Cluster.(storagePauser)
+	if !ok {
+		return false, errNoFaultPoints
+	}
+	stopped, err := sp.PauseAtStorageCall(s, wait)
+	if stopped {
+		c.note(c.paused, s, true)
+	}
+	return stopped, err
+}
+
 func (c *tracked) Pause(s string) error {
 	c.note(c.paused, s, true)
 	return c.Cluster.Pause(s)
