@@ -359,13 +359,16 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 			if err := syscall.Kill(e.procs[old].PID(), syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			harness.WaitFor(t, 60*time.Second, func() error {
-				out := e.procs[old].Output()
-				if !strings.Contains(out, "storage call not made") || !strings.Contains(out, tc.method) {
-					return errors.New("the resumed leader has not dropped its storage call yet")
+			dropped := "storage call not made: method=" + tc.method
+			for deadline := time.Now().Add(90 * time.Second); !strings.Contains(e.procs[old].Output(), dropped); {
+				if time.Now().After(deadline) {
+					// Where it is stuck: Go prints every goroutine on SIGQUIT.
+					_ = syscall.Kill(e.procs[old].PID(), syscall.SIGQUIT)
+					time.Sleep(2 * time.Second)
+					t.Fatalf("the resumed leader exp: %q logged got: not within 90s", dropped)
 				}
-				return nil
-			})
+				time.Sleep(100 * time.Millisecond)
+			}
 			if calls := e.storageCalls(); len(calls) != before {
 				t.Fatalf("deposed leader exp: no storage call after the new leader's got: %+v", calls[before:])
 			}

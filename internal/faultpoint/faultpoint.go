@@ -11,6 +11,7 @@ package faultpoint
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,7 +47,13 @@ func Stop(point string) {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "fault point %s: stopping\n", point)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// To this thread: a stop sent to the process may be taken by
+		// another thread while this one runs on for a while (seen: 200 ms,
+		// long enough to make the call); one sent to this thread stops
+		// the process before the system call returns.
+		runtime.LockOSThread()
+		_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+		runtime.UnlockOSThread()
 		fmt.Fprintf(os.Stderr, "fault point %s: resumed\n", point)
 		return
 	}
