@@ -123,16 +123,7 @@ func testDiskFull(t *testing.T, kind string) {
 		t.Fatal("server exp: the one started got: restarted")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	vols, _, err := cl.Volumes(ctx, "", structs.QueryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	have := make(map[string]bool, len(vols))
-	for _, v := range vols {
-		have[v.ID] = true
-	}
+	have := volumeIDs(t, cl)
 	var lost []string
 	for _, id := range acked {
 		for i := range 10 {

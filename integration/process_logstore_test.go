@@ -92,16 +92,7 @@ func TestProcesses_KilledServerKeepsAcknowledgedWrites(t *testing.T) {
 			waitWritable(t, cl)
 			mu.Lock()
 			defer mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			vols, _, err := cl.Volumes(ctx, "", structs.QueryOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			have := make(map[string]bool, len(vols))
-			for _, v := range vols {
-				have[v.ID] = true
-			}
+			have := volumeIDs(t, cl)
 			var lost []string
 			for _, id := range acked {
 				if !have[id] {
@@ -111,9 +102,25 @@ func TestProcesses_KilledServerKeepsAcknowledgedWrites(t *testing.T) {
 			if len(lost) > 0 {
 				t.Fatalf("after 3 kills exp: all %d acknowledged writes kept got: %d lost, e.g. %v", len(acked), len(lost), lost[:min(5, len(lost))])
 			}
-			t.Logf("%s: %d acknowledged writes over 3 kills, all kept (%d volumes stored)", store.name, len(acked), len(vols))
+			t.Logf("%s: %d acknowledged writes over 3 kills, all kept (%d volumes stored)", store.name, len(acked), len(have))
 		})
 	}
+}
+
+// volumeIDs is the set of volumes the server's cluster has registered.
+func volumeIDs(t *testing.T, cl *api.Client) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vols, _, err := cl.Volumes(ctx, "", structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := make(map[string]bool, len(vols))
+	for _, v := range vols {
+		have[v.ID] = true
+	}
+	return have
 }
 
 // waitWritable waits until the server has a leader and takes a write.
