@@ -57,3 +57,11 @@ func (c *Client) UpdateNodeEligibility(ctx context.Context, nodeID string, eligi
 	out, err := call[structs.NodeEligibilityResponse](ctx, c, "Node.UpdateEligibility", &structs.NodeEligibilityRequest{NodeID: nodeID, Eligibility: e})
 	return out.Index, err
 }
+
+// PurgeNode frees a deregistered node's ID for another secret (management
+// token). The answer lists the claims the node still holds: they wait for
+// `volume detach -force` and are never released by a node that registers
+// the ID again.
+func (c *Client) PurgeNode(ctx context.Context, nodeID string) (*structs.NodePurgeResponse, error) {
+	return call[structs.NodePurgeResponse](ctx, c, "Node.Purge", &structs.NodePurgeRequest{NodeID: nodeID})
+}

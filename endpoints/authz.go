@@ -104,6 +104,10 @@ var methodAccess = map[string]access{
 	"Node.DrainStatus":       capability(acl.Node, acl.Read),
 	"Node.Get":               capability(acl.Node, acl.Read),
 	"Node.List":              capability(acl.Node, acl.Read),
+	// Purge frees a deregistered node's ID for another secret: the one
+	// thing that moves a node's identity, so a management token's
+	// (issue 38).
+	"Node.Purge": {kind: management},
 
 	"Alloc.Place": capability(acl.Alloc, acl.Place),
 	"Alloc.Stop":  capability(acl.Alloc, acl.Stop),

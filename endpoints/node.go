@@ -55,11 +55,14 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	// What the entry server saw of the agent's certificate; kept on the
 	// request for the log as before (decided in allowRegister).
 	args.ClientCertified = clientCertified(c.id)
-	n.bindSession(args.Node.ID, forwarded)
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err
 	}
+	// Bound only once the state machine took the registration: two
+	// callers racing for a new ID both pass allowRegister, and the one
+	// the state machine refuses must not keep the session (issue 38).
+	n.bindSession(args.Node.ID, forwarded)
 	if args.Node.Status != structs.NodeStatusDown {
 		n.srv.Heartbeats.Received(args.Node.ID, received)
 		// The entry committed in this leader's term after the heartbeat
@@ -79,11 +82,13 @@ func clientCertified(id identity) bool {
 	return id.tls && (id.role == tlsutil.RoleClient || id.role == tlsutil.RoleServer)
 }
 
-// allowRegister: a node that exists re-registers with its own secret; a new
-// node needs a token that grants node:write, or a client certificate
-// (whoever holds one was given it to run a client agent). The certificate
-// is the one the call entered the cluster with (its identity), never a
-// forwarding server's.
+// allowRegister: a node that exists re-registers with its own secret, and
+// so does a node that was deregistered (its ID stays bound to its secret
+// until an operator purges it, issue 38); a new node needs a token that
+// grants node:write, or a client certificate (whoever holds one was given
+// it to run a client agent). No token lets a caller take an ID that is
+// bound to another secret. The certificate is the one the call entered
+// the cluster with (its identity), never a forwarding server's.
 func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error {
 	node := args.Node
 	if node == nil {
@@ -98,6 +103,19 @@ func (n *Node) allowRegister(c *caller, args *structs.NodeRegisterRequest) error
 		if subtle.ConstantTimeCompare([]byte(old.SecretID), []byte(node.SecretID)) != 1 {
 			return n.auth.deny("Node.Register", fmt.Sprintf("node %q is registered with another secret_id", node.ID))
 		}
+		return nil
+	}
+	ident, err := n.srv.State().NodeIdentity(nil, node.ID)
+	if err != nil {
+		return err
+	}
+	if ident != nil {
+		if !ident.Holds(node.SecretID) {
+			return n.auth.deny("Node.Register", fmt.Sprintf("node %q was deregistered and its ID stays reserved for its own secret_id "+
+				"(an operator can free it with `claimd node purge %s`)", node.ID, node.ID))
+		}
+		// The same node coming back: its secret is its credential, as
+		// for a registered node.
 		return nil
 	}
 	if c.mayDefer && node.ID != "" {
@@ -146,7 +164,7 @@ func (a arrival) leaderConfirmed(srv *Deps) bool {
 
 func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse, arr arrival) error {
 	forwarded := args.IsForwarded()
-	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true }))
+	c, done, err := n.auth.gate("Node.UpdateStatus", args, reply, n.allowStatus(args))
 	if done {
 		// The leader took the call; the session is the node's only if
 		// the caller proved the node's secret here (provedNode), not if a
@@ -202,6 +220,28 @@ func (n *Node) updateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	reply.HeartbeatTTL = n.srv.HeartbeatTTL()
 	reply.Servers = n.srv.ServerAddrs()
 	return nil
+}
+
+// allowStatus is Node.UpdateStatus's part of the check: the node's own
+// secret, or a token that grants node:write, as for any node call; but
+// only the node itself may say it is ready. A ready heartbeat keeps the
+// node's heartbeat timer and lease running, so a token that could send one
+// would keep a dead node "alive" (its claims held, its lease renewed)
+// while the node itself is gone; a token may only mark a node down, which
+// stops its allocations and leaves their claims to the node's own unmount
+// or its lease (issue 38).
+func (n *Node) allowStatus(args *structs.NodeUpdateStatusRequest) func(*caller) error {
+	base := n.auth.forNode("Node.UpdateStatus", func() (string, bool) { return args.NodeID, true })
+	return func(c *caller) error {
+		if err := base(c); err != nil || c.deferred {
+			return err
+		}
+		if args.Status == structs.NodeStatusReady && n.srv.ACLEnabled() && c.node != args.NodeID {
+			return n.auth.deny("Node.UpdateStatus", fmt.Sprintf(
+				"only node %q itself (its node secret) may mark it ready; a token may only mark it down", args.NodeID))
+		}
+		return nil
+	}
 }
 
 // UpdateStatusBatch serves the heartbeats a follower gathered from its

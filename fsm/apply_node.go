@@ -14,8 +14,9 @@ func init() {
 }
 
 // applyNodeRegister creates or updates a node and re-derives its plugins.
-// The secret ID is fixed at first registration: a node that presents
-// another one is someone else claiming its identity.
+// The secret ID is fixed at first registration, for the life of the
+// cluster (node_identity.go): a node that presents another one is someone
+// else claiming its identity, even after the node was deregistered.
 func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 	if err := req.Node.Validate(); err != nil {
 		return nil, err
@@ -24,6 +25,12 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 	if old != nil && old.SecretID != req.Node.SecretID {
 		return nil, structs.NewError(structs.CodePermissionDenied,
 			fmt.Sprintf("node %q is registered with another secret_id", old.ID))
+	}
+	// The ID stays bound to its first secret after a deregistration too:
+	// checked here as well as at the endpoint, so every replica refuses
+	// the same entries whatever a server let through (issue 38).
+	if err := bindIdentity(tx, req.Node, old); err != nil {
+		return nil, err
 	}
 	n := req.Node.Copy()
 	if n.Status == "" {
@@ -103,7 +110,9 @@ func applyNodeEligibility(tx *txn, req *structs.NodeEligibilityRequest) (any, er
 
 // applyNodeDeregister removes nodes. Their allocations become lost and
 // their claims past; the past claims stay until detached or forced, since
-// a node that left may still have the volume mounted.
+// a node that left may still have the volume mounted. Each ID stays
+// reserved for the node's secret: only the node itself can come back and
+// finish those releases.
 func applyNodeDeregister(tx *txn, req *structs.NodeDeregisterRequest) (any, error) {
 	if len(req.NodeIDs) == 0 {
 		return nil, structs.Invalid("node_ids", "must not be empty")
@@ -120,6 +129,7 @@ func applyNodeDeregister(tx *txn, req *structs.NodeDeregisterRequest) (any, erro
 		}
 		loseNodeAllocs(tx, id)
 		tx.remove(TableNodes, old)
+		reserveIdentity(tx, old)
 		syncPlugins(tx, id, old, nil)
 	}
 	return nil, nil

@@ -94,6 +94,7 @@ func schema() *memdb.DBSchema {
 		TableACLPolicies: {Name: TableACLPolicies, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(p *structs.ACLPolicy) string { return p.Name }),
 		}},
+		TableNodeIdentities: nodeIdentitySchema(),
 		TableACLTokens: {Name: TableACLTokens, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(t *structs.ACLToken) string { return t.AccessorID }),
 			indexSecret: unique(secondary(indexSecret, func(t *structs.ACLToken) string {

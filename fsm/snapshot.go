@@ -55,7 +55,11 @@ const (
 	kindACLToken  recordKind = 8
 	// Storage reports: a snapshot written before reconciliation has none.
 	kindStorageReport recordKind = 9
-	kindEnd           recordKind = 255
+	// Node identities (issue 38): a snapshot written before them has
+	// none, and nodes registered then get theirs when they next register
+	// or are deregistered. 10 is left for the controller admission work.
+	kindNodeIdentity recordKind = 11
+	kindEnd          recordKind = 255
 )
 
 // snapshotTables lists what a snapshot holds, in the order written.
@@ -73,6 +77,7 @@ var snapshotTables = []struct {
 	{TableACLPolicies, kindACLPolicy, func() any { return new(structs.ACLPolicy) }},
 	{TableACLTokens, kindACLToken, func() any { return new(structs.ACLToken) }},
 	{TableStorageReports, kindStorageReport, func() any { return new(structs.StorageReport) }},
+	{TableNodeIdentities, kindNodeIdentity, func() any { return new(structs.NodeIdentity) }},
 }
 
 // snapshotHandle is structs.MsgpackHandle plus Canonical: map keys are

@@ -71,3 +71,15 @@ func (s *Server) nodeEligibility(w http.ResponseWriter, r *http.Request) (any, e
 	setWriteIndex(w, out.Index)
 	return eligibilityResult{Eligibility: e, Index: out.Index}, nil
 }
+
+// POST /v1/node/{id}/purge: `claimd node purge`, a management token's.
+// The answer lists the claims the node still holds and says they wait for
+// `volume detach -force`.
+func (s *Server) nodePurge(w http.ResponseWriter, r *http.Request) (any, error) {
+	var out structs.NodePurgeResponse
+	if err := s.rpc(r, "Node.Purge", &structs.NodePurgeRequest{NodeID: r.PathValue("id")}, &out); err != nil {
+		return nil, err
+	}
+	setWriteIndex(w, out.Index)
+	return &out, nil
+}

@@ -48,6 +48,10 @@ const (
 	// VolumeModifiedRequestType records a volume's mutable parameters
 	// after the plugin changed them (ControllerModifyVolume).
 	VolumeModifiedRequestType MessageType = 23
+	// NodePurgeRequestType removes a deregistered node's reservation of
+	// its ID (issue 38). 24 is left for the controller admission work
+	// landing beside it.
+	NodePurgeRequestType MessageType = 25
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -149,6 +149,11 @@ func (w *Watcher) nodeDetach(g *leaderlease.Grant, vol *structs.Volume, c *struc
 	if err != nil {
 		return time.Time{}, err
 	}
+	if node != nil {
+		if err := otherIdentity(state, vol, c); err != nil {
+			return time.Time{}, err
+		}
+	}
 	policy := structs.EffectiveNodeLost(c, vol)
 	if policy == structs.NodeLostManual && !c.OperatorReleased && w.lostClaim(c, node) {
 		return time.Time{}, fmt.Errorf("node %s was lost and volume %s is node_lost manual: waiting for an operator (`claimd volume detach %s %s`)",

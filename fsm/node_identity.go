@@ -1,0 +1,124 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// TableNodeIdentities holds one structs.NodeIdentity per node ID ever
+// registered and not purged: the ID's binding to its secret, which a
+// deregistration does not end (issue 38). Rows are written only by a
+// node's first registration, its deregistration, its return after one,
+// and an operator's purge, so the table stays as small and quiet as the
+// set of nodes.
+const TableNodeIdentities = "node_identities"
+
+func nodeIdentitySchema() *memdb.TableSchema {
+	return &memdb.TableSchema{Name: TableNodeIdentities, Indexes: map[string]*memdb.IndexSchema{
+		indexID: primary(func(i *structs.NodeIdentity) string { return i.ID }),
+	}}
+}
+
+func init() {
+	registerCommand(structs.NodePurgeRequestType, applyNodePurge)
+}
+
+func getIdentity(tx *txn, id string) *structs.NodeIdentity {
+	i, _ := tx.get(TableNodeIdentities, indexID, id).(*structs.NodeIdentity)
+	return i
+}
+
+// NodeIdentity returns the reservation of a node ID, or nil, nil when the
+// ID is free.
+func (s *StateStore) NodeIdentity(ws memdb.WatchSet, id string) (*structs.NodeIdentity, error) {
+	return firstAs[structs.NodeIdentity](s.first(ws, TableNodeIdentities, indexID, id))
+}
+
+// NodeGeneration is the index at which node ID's current identity was
+// bound (its reservation's CreateIndex), or false when nobody holds the
+// ID. A node registered before reservations existed has no row until it
+// registers or is deregistered again: its node row's CreateIndex stands
+// in, which is what the row will get.
+func (s *StateStore) NodeGeneration(id string) (uint64, bool) {
+	if i, err := s.NodeIdentity(nil, id); err == nil && i != nil {
+		return i.CreateIndex, true
+	}
+	if n, err := s.NodeByID(nil, id); err == nil && n != nil {
+		return n.CreateIndex, true
+	}
+	return 0, false
+}
+
+// identityRefusal is the error for a registration whose secret is not the
+// one the ID is bound to. It never says anything about the secret.
+func identityRefusal(id string, ident *structs.NodeIdentity) error {
+	if ident.DeregisterIndex != 0 {
+		return structs.NewError(structs.CodePermissionDenied, fmt.Sprintf(
+			"node %q was deregistered and its ID stays reserved for its own secret_id; "+
+				"only an operator's `claimd node purge %s` frees it", ident.ID, ident.ID))
+	}
+	return structs.NewError(structs.CodePermissionDenied, fmt.Sprintf("node %q is registered with another secret_id", ident.ID))
+}
+
+// bindIdentity checks a registration against the ID's reservation and
+// writes the reservation it leaves: new for a new ID (generation: this
+// entry), taken over from the node row for a node registered before
+// reservations existed, or un-deregistered for a node that comes back.
+// old is the node row, if the node is registered.
+func bindIdentity(tx *txn, n *structs.Node, old *structs.Node) error {
+	ident := getIdentity(tx, n.ID)
+	if ident != nil {
+		if !ident.Holds(n.SecretID) {
+			return identityRefusal(n.ID, ident)
+		}
+		if ident.DeregisterIndex == 0 {
+			return nil // the usual re-registration: nothing to write
+		}
+		back := *ident
+		back.DeregisterIndex, back.ModifyIndex = 0, tx.index
+		tx.put(TableNodeIdentities, &back)
+		return nil
+	}
+	gen := tx.index
+	if old != nil {
+		gen = old.CreateIndex
+	}
+	tx.put(TableNodeIdentities, &structs.NodeIdentity{ID: n.ID, SecretHash: structs.NodeSecretHash(n.SecretID),
+		CreateIndex: gen, ModifyIndex: tx.index})
+	return nil
+}
+
+// reserveIdentity marks a deregistered node's ID reserved for its secret.
+func reserveIdentity(tx *txn, n *structs.Node) {
+	out := &structs.NodeIdentity{ID: n.ID, SecretHash: structs.NodeSecretHash(n.SecretID), CreateIndex: n.CreateIndex}
+	if ident := getIdentity(tx, n.ID); ident != nil {
+		c := *ident
+		out = &c
+	}
+	out.DeregisterIndex, out.ModifyIndex = tx.index, tx.index
+	tx.put(TableNodeIdentities, out)
+}
+
+// applyNodePurge removes a deregistered node's reservation. Its past
+// claims are left as they are: they were taken before any later holder
+// of the ID registered, so the release watcher never sends their node
+// detaches to that holder (structs.ClaimOfIdentity), and they wait for an
+// operator's `volume detach -force`.
+func applyNodePurge(tx *txn, req *structs.NodePurgeRequest) (any, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if getNode(tx, req.NodeID) != nil {
+		return nil, structs.NewError(structs.CodeConflict, fmt.Sprintf(
+			"node %q is registered: deregister it first (a purge frees only the ID of a node that is gone)", req.NodeID))
+	}
+	ident := getIdentity(tx, req.NodeID)
+	if ident == nil {
+		return nil, structs.NotFound("node identity", req.NodeID)
+	}
+	tx.remove(TableNodeIdentities, ident)
+	return nil, nil
+}
