@@ -29,7 +29,7 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 	// The ID stays bound to its first secret after a deregistration too:
 	// checked here as well as at the endpoint, so every replica refuses
 	// the same entries whatever a server let through (issue 38).
-	if err := bindIdentity(tx, req.Node, old); err != nil {
+	if err := bindIdentity(tx, req.Node); err != nil {
 		return nil, err
 	}
 	n := req.Node.Copy()

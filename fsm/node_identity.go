@@ -8,12 +8,14 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// TableNodeIdentities holds one structs.NodeIdentity per node ID ever
-// registered and not purged: the ID's binding to its secret, which a
-// deregistration does not end (issue 38). Rows are written only by a
-// node's first registration, its deregistration, its return after one,
-// and an operator's purge, so the table stays as small and quiet as the
-// set of nodes.
+// TableNodeIdentities holds one structs.NodeIdentity per node ID that was
+// ever deregistered and not purged since: the ID's binding to its secret,
+// which a deregistration does not end (issue 38). While a node is
+// registered its node row binds the ID (its SecretID and CreateIndex); the
+// row here is written when it is deregistered, kept when it comes back,
+// and removed only by an operator's purge. So the table stays as small and
+// quiet as the set of nodes that ever left, and a cluster that never
+// deregistered a node has the same state (and snapshot bytes) as before.
 const TableNodeIdentities = "node_identities"
 
 func nodeIdentitySchema() *memdb.TableSchema {
@@ -38,10 +40,9 @@ func (s *StateStore) NodeIdentity(ws memdb.WatchSet, id string) (*structs.NodeId
 }
 
 // NodeGeneration is the index at which node ID's current identity was
-// bound (its reservation's CreateIndex), or false when nobody holds the
-// ID. A node registered before reservations existed has no row until it
-// registers or is deregistered again: its node row's CreateIndex stands
-// in, which is what the row will get.
+// bound, or false when nobody holds the ID: the reservation's CreateIndex
+// for a node that was ever deregistered, else the node row's CreateIndex
+// (which stays the same across the node's re-registrations).
 func (s *StateStore) NodeGeneration(id string) (uint64, bool) {
 	if i, err := s.NodeIdentity(nil, id); err == nil && i != nil {
 		return i.CreateIndex, true
@@ -63,35 +64,30 @@ func identityRefusal(id string, ident *structs.NodeIdentity) error {
 	return structs.NewError(structs.CodePermissionDenied, fmt.Sprintf("node %q is registered with another secret_id", ident.ID))
 }
 
-// bindIdentity checks a registration against the ID's reservation and
-// writes the reservation it leaves: new for a new ID (generation: this
-// entry), taken over from the node row for a node registered before
-// reservations existed, or un-deregistered for a node that comes back.
-// old is the node row, if the node is registered.
-func bindIdentity(tx *txn, n *structs.Node, old *structs.Node) error {
+// bindIdentity checks a registration against the ID's reservation, if it
+// has one, and marks a node that comes back as registered again (its
+// generation stays: its old claims are its own to release). An ID without
+// a reservation is bound by its node row alone.
+func bindIdentity(tx *txn, n *structs.Node) error {
 	ident := getIdentity(tx, n.ID)
-	if ident != nil {
-		if !ident.Holds(n.SecretID) {
-			return identityRefusal(n.ID, ident)
-		}
-		if ident.DeregisterIndex == 0 {
-			return nil // the usual re-registration: nothing to write
-		}
-		back := *ident
-		back.DeregisterIndex, back.ModifyIndex = 0, tx.index
-		tx.put(TableNodeIdentities, &back)
+	if ident == nil {
 		return nil
 	}
-	gen := tx.index
-	if old != nil {
-		gen = old.CreateIndex
+	if !ident.Holds(n.SecretID) {
+		return identityRefusal(n.ID, ident)
 	}
-	tx.put(TableNodeIdentities, &structs.NodeIdentity{ID: n.ID, SecretHash: structs.NodeSecretHash(n.SecretID),
-		CreateIndex: gen, ModifyIndex: tx.index})
+	if ident.DeregisterIndex == 0 {
+		return nil // the usual re-registration: nothing to write
+	}
+	back := *ident
+	back.DeregisterIndex, back.ModifyIndex = 0, tx.index
+	tx.put(TableNodeIdentities, &back)
 	return nil
 }
 
-// reserveIdentity marks a deregistered node's ID reserved for its secret.
+// reserveIdentity marks a deregistered node's ID reserved for its secret,
+// with the node's generation: its first node row's CreateIndex, or the
+// reservation it already had from an earlier deregistration.
 func reserveIdentity(tx *txn, n *structs.Node) {
 	out := &structs.NodeIdentity{ID: n.ID, SecretHash: structs.NodeSecretHash(n.SecretID), CreateIndex: n.CreateIndex}
 	if ident := getIdentity(tx, n.ID); ident != nil {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 )
 
-// NodeIdentity binds a node ID to the secret it first registered with, for
-// the life of the cluster (issue 38). The row outlives the node: a
-// deregistered ID stays reserved, so only the node that holds the secret
-// can come back under it (and finish its own releases). Only an operator's
-// purge (Node.Purge, management token) removes the row and frees the ID.
+// NodeIdentity is a deregistered node's reservation of its ID: the ID
+// stays bound to the secret the node first registered with, for the life
+// of the cluster (issue 38), so only the node that holds the secret can
+// come back under it (and finish its own releases). While a node is
+// registered its node row binds the ID; this row is written when it is
+// deregistered, kept when it comes back, and removed only by an
+// operator's purge (Node.Purge, management token), which frees the ID.
 //
 // Only the SHA-256 of the secret is kept: a reservation may outlive the
 // node by years, and nothing needs the secret itself once the node is gone
@@ -20,8 +22,8 @@ type NodeIdentity struct {
 	ID string `json:"id"`
 	// SecretHash is the hex SHA-256 of the node's secret ID.
 	SecretHash string `json:"secret_hash"`
-	// CreateIndex is when the ID was first bound to this secret: the
-	// identity's generation. A claim taken before it was taken by an
+	// CreateIndex is when the ID was first bound to this secret (the first
+	// node row's CreateIndex): the identity's generation. A claim taken before it was taken by an
 	// earlier holder of the ID (one an operator purged), and this identity
 	// may never release it (see ClaimOfIdentity).
 	CreateIndex uint64 `json:"create_index"`
