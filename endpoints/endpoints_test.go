@@ -191,19 +191,24 @@ func (w *world) receivers(conn ConnInfo) map[string]any { return Receivers(w.dep
 
 func denied(err error) bool { return errors.Is(err, structs.ErrPermissionDenied) }
 
-// A node:write token may update a node's status, but only the node's own
-// secret binds the node's session to the caller's connection.
+// A node:write token may mark a node down but not ready (issue 38), and
+// only the node's own secret binds the node's session to the caller's
+// connection.
 func TestNodeUpdateStatus_OnlyTheNodesSecretBindsItsSession(t *testing.T) {
 	w := newWorld(t, true)
 	conn := w.conn(tlsutil.RoleClient)
 	node := w.receivers(conn)["Node"].(*Node)
 	var reply structs.NodeUpdateResponse
 	if err := node.UpdateStatus(&structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusReady,
+		WriteRequest: structs.WriteRequest{AuthToken: w.nodeW}}, &reply); !denied(err) {
+		t.Fatalf("ready heartbeat with node:write exp: permission_denied (only the node says it is ready) got: %v", err)
+	}
+	if err := node.UpdateStatus(&structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusDown,
 		WriteRequest: structs.WriteRequest{AuthToken: w.nodeW}}, &reply); err != nil {
-		t.Fatalf("status update with node:write exp: allowed got: %v", err)
+		t.Fatalf("status down with node:write exp: allowed got: %v", err)
 	}
 	if _, ok := w.sessions.bound["n1"]; ok {
-		t.Fatal("n1's session after a node:write token's heartbeat exp: not bound got: bound to the caller")
+		t.Fatal("n1's session after a node:write token's status update exp: not bound got: bound to the caller")
 	}
 	if err := node.UpdateStatus(&structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusReady,
 		WriteRequest: structs.WriteRequest{AuthToken: "s-n2"}}, &reply); !denied(err) {
