@@ -124,6 +124,9 @@ func checkpointClaim(tx *txn, req *structs.ClaimCheckpointRequest) (*structs.Cla
 			return nil, err
 		}
 	}
+	if err := checkClaimsIdentity(tx, c, req, name); err != nil {
+		return nil, err
+	}
 	skipsNodeDetach := cur < detached && next > detached && !req.NodeDetached
 	// An operator forcing a claim to node-detached (the node is gone for
 	// good) did not unmount anything either: record it like a skip.

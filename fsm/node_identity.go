@@ -118,3 +118,34 @@ func applyNodePurge(tx *txn, req *structs.NodePurgeRequest) (any, error) {
 	tx.remove(TableNodeIdentities, ident)
 	return nil, nil
 }
+
+// generation is NodeGeneration inside a write transaction.
+func generation(tx *txn, id string) (uint64, bool) {
+	if i := getIdentity(tx, id); i != nil {
+		return i.CreateIndex, true
+	}
+	if n := getNode(tx, id); n != nil {
+		return n.CreateIndex, true
+	}
+	return 0, false
+}
+
+// checkClaimsIdentity refuses a checkpoint that says a claim's node
+// detach is done (by the node, or by its lease running out) when the
+// claim's node ID now belongs to another identity than the one that took
+// the claim: after a purge, whatever registered the ID never had the
+// volume mounted for it. Only an operator's force moves such a claim. The
+// release watcher does not try (watcher.otherIdentity); this makes the
+// rule the same on every replica whatever a leader sends.
+func checkClaimsIdentity(tx *txn, c *structs.Claim, req *structs.ClaimCheckpointRequest, name string) error {
+	detached := structs.ClaimStateNodeDetached.Rank()
+	if req.ForcedSkip || c.State.Rank() >= detached || req.State.Rank() < detached {
+		return nil
+	}
+	gen, held := generation(tx, c.NodeID)
+	if !held || structs.ClaimOfIdentity(c, gen) {
+		return nil
+	}
+	return structs.NewError(structs.CodeConflict, fmt.Sprintf(
+		"%s was taken by an earlier holder of node ID %s (purged since): only `volume detach -force` releases it", name, c.NodeID))
+}

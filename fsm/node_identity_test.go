@@ -182,3 +182,32 @@ func TestNodeIdentity_SurvivesSnapshotRestore(t *testing.T) {
 	impostor.SecretID = "attacker-secret"
 	r.mustRefuse(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: impostor}, structs.CodePermissionDenied)
 }
+
+// Every replica refuses a node detach recorded for a claim whose node ID
+// was purged and registered again: only a forced checkpoint moves it.
+func TestNodeIdentity_CheckpointRefusesANodeDetachOfAPurgedNodesClaim(t *testing.T) {
+	h := mustNewHarness(t)
+	h.registerNode(testNode("n1"))
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter))
+	h.placeAllocs(testAlloc("a1", "n1", "v1"))
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	h.mustApply(structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
+	h.mustApply(structs.NodePurgeRequestType, &structs.NodePurgeRequest{NodeID: "n1"})
+	newcomer := testNode("n1")
+	newcomer.SecretID = "another-secret"
+	h.registerNode(newcomer)
+	for _, req := range []*structs.ClaimCheckpointRequest{
+		{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateNodeDetached, NodeDetached: true},
+		{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed, NodeDetached: true},
+	} {
+		err := h.mustRefuse(structs.ClaimCheckpointRequestType, req, structs.CodeConflict)
+		if !strings.Contains(err.Error(), "purged") {
+			t.Fatalf("node detach of the purged node's claim exp: refused (purged) got: %v", err)
+		}
+	}
+	h.mustApply(structs.ClaimCheckpointRequestType, &structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1",
+		State: structs.ClaimStateNodeDetached, ForcedSkip: true})
+	if c := h.volume("v1").PastClaims["a1"]; c == nil || c.State != structs.ClaimStateNodeDetached || !c.NodeDetachSkipped {
+		t.Fatalf("forced claim exp: node-detached, skip recorded got: %+v", c)
+	}
+}

@@ -255,13 +255,19 @@ func TestIdentity_DeregisteredNodesIDNeedsItsSecretAndPurgeHandsOverNoClaims(t *
 	if _, err := nwClient.PurgeNode(ctx, w.bID); !errors.Is(err, structs.ErrPermissionDenied) {
 		t.Fatalf("purge with node:write exp: permission_denied got: %v", err)
 	}
-	purged, err := w.mgmt.PurgeNode(ctx, w.bID)
-	if err != nil {
-		t.Fatalf("purge of deregistered B exp: done got: %v", err)
+	// `claimd node purge`, as an operator runs it (management token).
+	env := []string{"CLAIMD_ADDR=" + w.leader.Addr, "CLAIMD_TOKEN=" + w.c.ManagementToken(),
+		"CLAIMD_CACERT=" + w.c.PKI().CAFile, "CLAIMD_CLIENT_CERT=" + w.c.PKI().CertFile[tlsutil.RoleCLI],
+		"CLAIMD_CLIENT_KEY=" + w.c.PKI().KeyFile[tlsutil.RoleCLI]}
+	if r := harness.RunCLIEnv(t, env, "node", "purge", w.cID); r.Code == 0 || !strings.Contains(r.Stderr, "deregister it first") {
+		t.Fatalf("node purge of registered C exp: refused, deregister it first got: %d %s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if len(purged.Claims) != 1 || purged.Claims[0] != "v1/a1" || !strings.Contains(purged.Note, "-force") {
-		t.Fatalf("purge reply exp: v1/a1 still held, waiting for -force got: %+v", purged)
+	r := harness.RunCLIEnv(t, env, "node", "purge", w.bID)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "claim still held: v1/a1") ||
+		!strings.Contains(r.Stdout, "waiting for `claimd volume detach -force VOLUME "+w.bID+"`") || !strings.Contains(r.Stdout, "never releases them") {
+		t.Fatalf("node purge of deregistered B exp: done, v1/a1 still held and waiting for -force, never released by a newcomer got: %d %s%s", r.Code, r.Stdout, r.Stderr)
 	}
+	t.Logf("claimd node purge %s:\n%s", w.bID, r.Stdout)
 	// A new node may take the ID now: the attacker, on its own session.
 	if err := a.call("Node.Register", impostor(w.bID, ""), &structs.NodeUpdateResponse{}); err != nil {
 		t.Fatalf("register the purged ID with a client certificate exp: allowed (a new node) got: %v", err)
