@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/structs"
@@ -36,7 +37,14 @@ type identityWorld struct {
 
 func newIdentityWorld(t *testing.T) *identityWorld {
 	t.Helper()
-	c := harness.NewCluster(t, 3, harness.Options{})
+	return newIdentityWorldWith(t, structs.NodeLostWait, 0)
+}
+
+// newIdentityWorldWith: v1 follows policy, and every agent holds lease
+// (0: none).
+func newIdentityWorldWith(t *testing.T, policy structs.NodeLostPolicy, lease time.Duration) *identityWorld {
+	t.Helper()
+	c := harness.NewCluster(t, 3, harness.Options{ConfigureClient: func(cfg *client.Config) { cfg.NodeLease = lease }})
 	c.StartAll()
 	leader := c.WaitForLeader(electionWait)
 	w := &identityWorld{c: c, leader: leader, f1: c.Followers()[0], mgmt: leader.Client()}
@@ -73,7 +81,7 @@ func newIdentityWorld(t *testing.T) *identityWorld {
 
 	// B writes to v1.
 	vol := &structs.Volume{ID: "v1", Name: "v1", ExternalID: "ext-v1", PluginID: "hostdir",
-		AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem}
+		AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem, NodeLost: policy}
 	if _, err := w.mgmt.RegisterVolumes(ctx, vol); err != nil {
 		t.Fatal(err)
 	}
@@ -285,5 +293,76 @@ func TestIdentity_DeregisteredNodesIDNeedsItsSecretAndPurgeHandsOverNoClaims(t *
 	w.waitAlloc(t, "a2", structs.AllocClientRunning)
 	if got := a.calls(); len(got) != 0 {
 		t.Fatalf("newcomer's session after the forced release exp: no calls got: %v", got)
+	}
+}
+
+// What node:write may still do to a live node: mark it down, which stops
+// every allocation on it at once. Under either policy that makes no second
+// writer. B keeps heartbeating on its own secret (the token may not mark
+// it ready), so under node_lost fence its lease, counted from B's own last
+// heartbeat, never runs out, and under wait the release waits for B. The
+// attacker marks B down again and again for twice the time a lease takes
+// to run out on the leader, while B cannot unmount and C wants v1: v1
+// stays B's, nothing is fenced, nothing reaches the attacker. Once B can
+// unmount, its own release frees v1.
+func TestIdentity_NodeWriteTokenMarkingALiveNodeDownMakesNoSecondWriter(t *testing.T) {
+	for _, policy := range []structs.NodeLostPolicy{structs.NodeLostWait, structs.NodeLostFence} {
+		t.Run(string(policy), func(t *testing.T) {
+			lease := structs.MinNodeLease
+			w := newIdentityWorldWith(t, policy, lease)
+			w.bPlug.SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 1 << 20}, FailMessage: map[string]string{"NodeUnpublishVolume": "volume busy"}})
+			if _, err := w.mgmt.PlaceAllocs(harness.Ctx(t, time.Minute), &structs.Alloc{ID: "a2", NodeID: w.cID,
+				Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}); err != nil {
+				t.Fatal(err)
+			}
+			a := mustDialAs(t, w.c, w.leader.Addr, tlsutil.RoleClient)
+			status := func(s structs.NodeStatus) error {
+				return a.call("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: w.bID, Status: s,
+					WriteRequest: structs.WriteRequest{AuthToken: w.nodeWriteToken}}, &structs.NodeUpdateResponse{})
+			}
+			if err := status(structs.NodeStatusReady); !isDenied(err) {
+				t.Fatalf("ready for B with node:write exp: permission_denied got: %v", err)
+			}
+			end := time.Now().Add(2 * structs.LeaseExpiry(lease))
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			// What the release waited on while B was down: the watcher
+			// must have seen B down, or the test proves nothing.
+			waitsOnDown := map[structs.NodeLostPolicy]string{
+				structs.NodeLostWait:  "waiting for it to come back",
+				structs.NodeLostFence: "its lease runs out",
+			}[policy]
+			downs, sawDown := 0, false
+			for time.Now().Before(end) {
+				if err := status(structs.NodeStatusDown); err != nil {
+					t.Fatalf("B marked down with node:write exp: allowed got: %v", err)
+				}
+				downs++
+				if st, err := w.mgmt.ReleaseStatus(harness.Ctx(t, 10*time.Second)); err == nil && strings.Contains(st["v1"].LastError, waitsOnDown) {
+					sawDown = true
+				}
+				<-tick.C
+			}
+			if !sawDown {
+				t.Fatalf("v1's release while B was marked down exp: once waited with %q got: never", waitsOnDown)
+			}
+			a1, _, err := w.mgmt.Alloc(harness.Ctx(t, 10*time.Second), "a1", structs.QueryOptions{})
+			if err != nil || a1.ClientStatus != structs.AllocClientLost {
+				t.Fatalf("B's alloc after it was marked down exp: lost got: %+v %v", a1, err)
+			}
+			w.stillHeldByB(t, fmt.Sprintf("after %d downs over %s", downs, 2*structs.LeaseExpiry(lease)))
+			v, _, _ := w.mgmt.Volume(harness.Ctx(t, 10*time.Second), "v1", structs.QueryOptions{})
+			if c := v.PastClaims["a1"]; c.Fenced || c.NodeDetachSkipped {
+				t.Fatalf("B's claim exp: not fenced (B kept its lease) got: %+v", c)
+			}
+			if got := a.calls(); len(got) != 0 {
+				t.Fatalf("attacker's session exp: no calls got: %v", got)
+			}
+			w.bPlug.SetControl(hostdir.Control{})
+			w.waitAlloc(t, "a2", structs.AllocClientRunning)
+			if n := csiCalls(w.bPlug.Audit(), "NodeUnpublishVolume", "ext-v1"); n != 1 {
+				t.Fatalf("NodeUnpublish of v1 on B before C got it exp: 1 got: %d", n)
+			}
+		})
 	}
 }
