@@ -52,6 +52,9 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
+	if err := args.CleanText(); err != nil { // printable names and IDs, sanitised free text
+		return err
+	}
 	// What the entry server saw of the agent's certificate; kept on the
 	// request for the log as before (decided in allowRegister).
 	args.ClientCertified = clientCertified(c.id)
@@ -310,6 +313,7 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 			return structs.Invalid(fmt.Sprintf("allocs[%d].client_status", i), fmt.Sprintf("%q is not one of %v", u.ClientStatus, structs.AllocClientStatuses))
 		}
 	}
+	args.CleanText() // a client description is shown to operators
 	_, index, err := n.srv.Apply(structs.AllocClientUpdateRequestType, args)
 	reply.Index = index
 	return err
