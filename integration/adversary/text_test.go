@@ -52,6 +52,37 @@ func hostileNode(id, name string) *structs.Node {
 	}
 }
 
+// keepAlive heartbeats node n over a's session until the test ends, as its
+// agent would: the servers mark a silent node down within the heartbeat
+// TTL (2 s here), which would make its allocation lost and replace the
+// description under test.
+func keepAlive(t *testing.T, a *attacker, n *structs.Node) {
+	t.Helper()
+	beat := func() error {
+		req := &structs.NodeUpdateStatusRequest{NodeID: n.ID, Status: structs.NodeStatusReady}
+		req.AuthToken = n.SecretID
+		return a.call("Node.UpdateStatus", req, &structs.NodeUpdateResponse{})
+	}
+	if err := beat(); err != nil {
+		t.Fatalf("heartbeat for %s exp: accepted got: %v", n.ID, err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = beat() // a missed beat is retried at the next tick
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // TestFinding6_NodeTextIsCheckedWhereItEnters: a node registered with a
 // client certificate and no token, entering on a follower, cannot store a
 // name that is not printable or a node ID for plugins that would steer a
@@ -89,7 +120,7 @@ func TestFinding6_NodeTextIsCheckedWhereItEnters(t *testing.T) {
 			t.Errorf("register node %s: the error exp: printable got: %s in %q", bad.node.ID, rc, err)
 		}
 		if n, _, err := mgmt.Node(ctx, bad.node.ID, structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
-			t.Errorf("node %s after a refused registration exp: not_found got: %+v, %v", bad.node.ID, n, err)
+			t.Errorf("node %s after a refused registration exp: not_found got: %v (found: %t)", bad.node.ID, err, n != nil)
 		}
 	}
 
@@ -97,6 +128,7 @@ func TestFinding6_NodeTextIsCheckedWhereItEnters(t *testing.T) {
 	if err := register(n); err != nil {
 		t.Fatalf("register node with hostile free text exp: accepted, sanitised got: %v", err)
 	}
+	keepAlive(t, a, n)
 	got, _, err := mgmt.Node(ctx, n.ID, structs.QueryOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +187,7 @@ func TestFinding6_CLIPrintsNodeTextEscaped(t *testing.T) {
 	if _, _, err := leader.Server().Apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n, ClientCertified: true}); err != nil {
 		t.Fatalf("store the node as an older server did: %v", err)
 	}
+	keepAlive(t, mustDialAs(t, c, leader.Addr, tlsutil.RoleClient), n)
 	if _, err := mgmt.PlaceAllocs(ctx, &structs.Alloc{ID: "old-alloc", NodeID: n.ID}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +260,7 @@ func TestFinding6_ExternalIDIsRefusedNamingTheField(t *testing.T) {
 			t.Errorf("register with external_id %q exp: invalid naming external_id and %q got: %v", ext, problem, err)
 		}
 		if v, _, err := mgmt.Volume(ctx, id, structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
-			t.Errorf("volume %s after a refused register exp: not_found got: %+v, %v", id, v, err)
+			t.Errorf("volume %s after a refused register exp: not_found got: %v (found: %t)", id, err, v != nil)
 		}
 	}
 	azure := "/subscriptions/9245f5f4-c6a9-4e3a-a8ed-443681bcdf1a/resourceGroups/rg/providers/Microsoft.Compute/disks/pgdata"
@@ -250,7 +283,7 @@ attachment_mode = "file-system"
 		t.Errorf("volume register of a spec with external_id ../ exp: exit 1 naming vol.hcl and external_id got: %d %q", r.Code, r.Stderr)
 	}
 	if v, _, err := mgmt.Volume(ctx, "cli-bad", structs.QueryOptions{}); !errors.Is(err, structs.ErrNotFound) {
-		t.Errorf("volume cli-bad exp: not_found got: %+v, %v", v, err)
+		t.Errorf("volume cli-bad exp: not_found got: %v (found: %t)", err, v != nil)
 	}
 }
 
@@ -284,7 +317,7 @@ func TestFinding6_AgentSelfShowsNoFenceCommand(t *testing.T) {
 		return nil
 	})
 	if strings.Contains(string(body), credential) || strings.Contains(string(body), "fence.example") {
-		t.Fatalf("GET /v1/agent/self without a token exp: no fence command got: %s", body)
+		t.Fatalf("GET /v1/agent/self without a token exp: no fence command got: %q", body)
 	}
 	var self struct {
 		Config struct {
