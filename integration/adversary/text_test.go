@@ -83,13 +83,13 @@ func keepAlive(t *testing.T, a *attacker, n *structs.Node) {
 	t.Cleanup(func() { close(stop); <-done })
 }
 
-// TestFinding6_NodeTextIsCheckedWhereItEnters: a node registered with a
+// TestText_NodeTextIsCheckedWhereItEnters: a node registered with a
 // client certificate and no token, entering on a follower, cannot store a
 // name that is not printable or a node ID for plugins that would steer a
 // path (refused, naming the field, nothing stored); its plugin health
 // description, provider and fence errors, and an allocation's client
 // description it reports, are stored with their controls escaped.
-func TestFinding6_NodeTextIsCheckedWhereItEnters(t *testing.T) {
+func TestText_NodeTextIsCheckedWhereItEnters(t *testing.T) {
 	c := harness.NewCluster(t, 3, harness.Options{})
 	c.StartAll()
 	leader := c.WaitForLeader(electionWait)
@@ -170,13 +170,13 @@ func cliEnv(c *harness.Cluster, s *harness.TestServer) []string {
 		"CLAIMD_TOKEN=" + c.ManagementToken()}
 }
 
-// TestFinding6_CLIPrintsNodeTextEscaped: text stored before the servers
+// TestText_CLIPrintsNodeTextEscaped: text stored before the servers
 // checked it (written here straight into the Raft log, as a server before
 // the fix stored it) reaches the operator's terminal through the claimd
 // binary's node status, plugin status and alloc status, tables and
 // details, with every control shown as an escape and none raw; -json
 // stays JSON with no raw control either.
-func TestFinding6_CLIPrintsNodeTextEscaped(t *testing.T) {
+func TestText_CLIPrintsNodeTextEscaped(t *testing.T) {
 	c := harness.NewCluster(t, 1, harness.Options{})
 	c.StartAll()
 	leader := c.WaitForLeader(electionWait)
@@ -227,14 +227,14 @@ func TestFinding6_CLIPrintsNodeTextEscaped(t *testing.T) {
 	}
 }
 
-// TestFinding6_ExternalIDIsRefusedNamingTheField: a volume whose external
+// TestText_ExternalIDIsRefusedNamingTheField: a volume whose external
 // ID would steer a plugin that builds paths from it ("../"), carries
 // control characters or exceeds CSI's bounds is refused, by the servers
 // (the api client, as the HTTP API calls them) and by `volume register`
 // before it sends anything, with an error naming external_id; nothing is
 // registered. An Azure-style resource path, which starts with "/", is
 // accepted.
-func TestFinding6_ExternalIDIsRefusedNamingTheField(t *testing.T) {
+func TestText_ExternalIDIsRefusedNamingTheField(t *testing.T) {
 	c := harness.NewCluster(t, 1, harness.Options{})
 	c.StartAll()
 	leader := c.WaitForLeader(electionWait)
@@ -287,10 +287,10 @@ attachment_mode = "file-system"
 	}
 }
 
-// TestFinding6_AgentSelfShowsNoFenceCommand: GET /v1/agent/self, which
+// TestText_AgentSelfShowsNoFenceCommand: GET /v1/agent/self, which
 // answers without a token, shows that a fence command is set and nothing
 // of it: a fence command line may carry a credential.
-func TestFinding6_AgentSelfShowsNoFenceCommand(t *testing.T) {
+func TestText_AgentSelfShowsNoFenceCommand(t *testing.T) {
 	const credential = "f3nce-cred-7d1e"
 	addr, httpAddr := harness.FreeAddr(t), harness.FreeAddr(t)
 	dev := harness.StartProcess(t, "dev", "agent", "-dev", "-bind", addr, "-http-addr", httpAddr, "-raft-multiplier", "0.2",
