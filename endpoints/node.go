@@ -49,10 +49,12 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	received := time.Now()
-	if err := args.Node.Validate(); err != nil {
+	// Printable names and IDs; free text sanitised and cut to size first,
+	// so that a plugin's long error message does not refuse the node.
+	if err := args.CleanText(); err != nil {
 		return err
 	}
-	if err := args.CleanText(); err != nil { // printable names and IDs, sanitised free text
+	if err := args.Node.Validate(); err != nil {
 		return err
 	}
 	// What the entry server saw of the agent's certificate; kept on the
