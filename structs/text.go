@@ -170,14 +170,14 @@ func escapeRune(dst []byte, r rune) []byte {
 }
 
 // SanitizeText is free text from a node made fit to store and show:
-// escaped (EscapeText) and cut to at most max bytes on a character
+// escaped (EscapeText) and cut to at most limit bytes on a character
 // boundary, ending in "…" when cut.
-func SanitizeText(s string, max int) string {
+func SanitizeText(s string, limit int) string {
 	out := EscapeText(s)
-	if len(out) <= max {
+	if len(out) <= limit {
 		return out
 	}
-	cut := max - len(truncatedMark)
+	cut := max(0, limit-len(truncatedMark))
 	for cut > 0 && !utf8.RuneStart(out[cut]) {
 		cut--
 	}
