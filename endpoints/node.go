@@ -49,6 +49,11 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	received := time.Now()
+	// Printable names and IDs; free text sanitised and cut to size first,
+	// so that a plugin's long error message does not refuse the node.
+	if err := args.CleanText(); err != nil {
+		return err
+	}
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
@@ -350,6 +355,7 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 			return structs.Invalid(fmt.Sprintf("allocs[%d].client_status", i), fmt.Sprintf("%q is not one of %v", u.ClientStatus, structs.AllocClientStatuses))
 		}
 	}
+	args.CleanText() // a client description is shown to operators
 	_, index, err := n.srv.Apply(structs.AllocClientUpdateRequestType, args)
 	reply.Index = index
 	return err

@@ -51,7 +51,7 @@ func (v *Volume) Register(args *structs.VolumeRegisterRequest, reply *structs.Vo
 	var grows []growth
 	var ids []string
 	for i, vol := range args.Volumes {
-		if err := vol.Validate(); err != nil {
+		if err := vol.ValidateEntry(); err != nil {
 			if len(args.Volumes) > 1 {
 				return structs.Invalid(fmt.Sprintf("volumes[%d]", i), err.Error())
 			}

@@ -68,7 +68,7 @@ func (v *Volume) Create(args *structs.VolumeCreateRequest, reply *structs.Volume
 		return structs.Wrap(err, fmt.Sprintf("create volume %q with plugin %q", spec.ID, spec.PluginID))
 	}
 	vol := spec.Volume(created.ExternalID, created.Capacity, created.Context, created.AccessibleTopology)
-	if err := vol.Validate(); err != nil {
+	if err := vol.ValidateEntry(); err != nil {
 		return structs.Wrap(err, fmt.Sprintf("plugin %q created volume %q (external ID %q), but its answer cannot be registered",
 			spec.PluginID, spec.ID, created.ExternalID))
 	}

@@ -150,7 +150,9 @@ type Self struct {
 	ServerID string `json:"server_id,omitempty"`
 	NodeID   string `json:"node_id,omitempty"`
 	// Config is the agent's configuration with every secret redacted by
-	// whoever fills it in: token values, key file contents.
+	// whoever fills it in: token values, key file contents, commands (a
+	// fence command line may carry a credential). It is answered without
+	// a token, so nothing in it may be one.
 	Config any `json:"config"`
 }
 

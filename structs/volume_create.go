@@ -86,6 +86,14 @@ func (s *VolumeCreateSpec) Validate() error {
 	if s.SnapshotID != "" && s.CloneID != "" {
 		return Invalid("clone_id", "not allowed together with snapshot_id")
 	}
+	// Both are given to the plugin as CSI IDs (text.go).
+	for _, id := range []struct{ field, id string }{{"snapshot_id", s.SnapshotID}, {"clone_id", s.CloneID}} {
+		if id.id != "" {
+			if err := validateExternalID(id.field, id.id); err != nil {
+				return err
+			}
+		}
+	}
 	if s.Topology != nil {
 		if err := validateTopology("topology_request.required", s.Topology.Required); err != nil {
 			return err
@@ -97,7 +105,7 @@ func (s *VolumeCreateSpec) Validate() error {
 	// The rest is the registered volume's spec; check it as registration
 	// would, with a placeholder for the external ID the plugin will give.
 	v := s.Volume("pending", 0, nil, nil)
-	return v.Validate()
+	return v.ValidateEntry()
 }
 
 // Volume is the volume to register once the plugin made it: external ID,

@@ -95,7 +95,8 @@ func validateExternalID(field, id string) error {
 	if len(id) > maxExternalIDLen {
 		return Invalid(field, fmt.Sprintf("longer than %d bytes", maxExternalIDLen))
 	}
-	return nil
+	// Printable and no ".." element, as a volume's external ID (text.go).
+	return validateStorageIDText(field, id, maxExternalIDLen)
 }
 
 // ClientCSIControllerSnapshotRequest asks a controller plugin to snapshot

@@ -41,7 +41,31 @@ func ReadRegister(name string, data []byte) ([]*structs.Volume, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
+	if err := checkExternalIDs(name, vols); err != nil {
+		return nil, err
+	}
 	return vols, nil
+}
+
+// checkExternalIDs refuses, before anything is sent, an external ID the
+// servers would refuse (structs.ValidateExternalID: the plugin is given
+// it, so "../", control characters and overlong IDs are not allowed),
+// naming the file and, in a list, the volume. A missing one is left to the
+// servers' "must not be empty", as before.
+func checkExternalIDs(name string, vols []*structs.Volume) error {
+	for i, v := range vols {
+		if v == nil || v.ExternalID == "" {
+			continue
+		}
+		field := "external_id"
+		if len(vols) > 1 {
+			field = fmt.Sprintf("[%d].external_id", i)
+		}
+		if err := structs.ValidateExternalID(field, v.ExternalID); err != nil {
+			return fmt.Errorf("%s: %v", name, err)
+		}
+	}
+	return nil
 }
 
 // ReadCreate reads one create spec.

@@ -58,7 +58,8 @@ func startHTTP(f agentFlags, srv *server.Server, agent *client.Agent, servers []
 // every key of configKeys, under the names a configuration file uses
 // (top-level keys, then blocks), after files and flags were merged. A
 // secret (a token) shows only as whether it is set; the TLS keys are
-// file paths, never the files' contents.
+// file paths, never the files' contents; a command (fence_command) shows
+// only whether it is set.
 func selfConfig(f *agentFlags) map[string]any {
 	out := map[string]any{}
 	for _, k := range configKeys {
@@ -82,10 +83,18 @@ func selfConfig(f *agentFlags) map[string]any {
 	return out
 }
 
-// isSecretKey: a key whose value is a credential. By name, so that a new
-// one (a "..._token") is redacted without anyone remembering to.
+// isSecretKey: a key whose value is a credential or may hold one. By
+// name, so that a new one (a "..._token") is redacted without anyone
+// remembering to. A command (fence_command) is a command line the agent
+// runs, and command lines carry credentials (curl -H "Authorization: ...",
+// an environment assignment): GET /v1/agent/self answers without a token,
+// so it shows only whether one is set (issue 38). It is redacted for every
+// caller rather than shown to a privileged token: checking a token needs
+// the servers, and this endpoint answers from the agent alone so that it
+// can describe an agent cut off from them; an operator who needs the exact
+// command has the agent's configuration file.
 func isSecretKey(name string) bool {
-	for _, w := range []string{"token", "secret", "password"} {
+	for _, w := range []string{"token", "secret", "password", "command"} {
 		if strings.Contains(name, w) {
 			return true
 		}

@@ -38,3 +38,23 @@ func TestSelfConfig_EveryKeyAndNoSecret(t *testing.T) {
 		t.Fatalf("self config exp: token redacted, key file path, join list got: %s", b)
 	}
 }
+
+// GET /v1/agent/self answers without a token: a fence command, whose
+// command line may carry a credential, shows only that it is set (issue
+// 38); an unset one shows empty.
+func TestSelfConfig_FenceCommandRedacted(t *testing.T) {
+	f := agentFlags{fenceCommand: `curl -fsS -H "Authorization: Bearer f3nce-cred" https://fence.example/stop`}
+	b, err := json.Marshal(selfConfig(&f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "f3nce-cred") || strings.Contains(string(b), "fence.example") {
+		t.Fatalf("self config exp: no fence command got: %s", b)
+	}
+	if got := selfConfig(&f)["client"].(map[string]any)["fence_command"]; got != "<redacted>" {
+		t.Fatalf("fence_command exp: <redacted> got: %v", got)
+	}
+	if got := selfConfig(&agentFlags{})["client"].(map[string]any)["fence_command"]; got != "" {
+		t.Fatalf("unset fence_command exp: empty got: %v", got)
+	}
+}

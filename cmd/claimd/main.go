@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runVersion(nil, stdout, stderr)
 	}
 	if c, rest := lookup(commands, args); c != nil {
-		return c.run(rest, stdout, stderr)
+		return runEscaped(c, args[0], rest, stdout, stderr) // safe_output.go
 	}
 	help := len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help"
 	if !help {
