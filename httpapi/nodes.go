@@ -83,3 +83,20 @@ func (s *Server) nodePurge(w http.ResponseWriter, r *http.Request) (any, error) 
 	setWriteIndex(w, out.Index)
 	return &out, nil
 }
+
+// deregisterResult is POST /v1/node/{id}/deregister's answer.
+type deregisterResult struct {
+	NodeID string `json:"node_id"`
+	Index  uint64 `json:"index"`
+}
+
+// POST /v1/node/{id}/deregister: `claimd node deregister`.
+func (s *Server) nodeDeregister(w http.ResponseWriter, r *http.Request) (any, error) {
+	var out structs.GenericResponse
+	id := r.PathValue("id")
+	if err := s.rpc(r, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{id}}, &out); err != nil {
+		return nil, err
+	}
+	setWriteIndex(w, out.Index)
+	return deregisterResult{NodeID: id, Index: out.Index}, nil
+}

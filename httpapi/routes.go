@@ -50,6 +50,7 @@ func (s *Server) routes() {
 	handle("POST /v1/node/{id}/drain", []string{"dry-run"}, s.nodeDrain)
 	handle("GET /v1/node/{id}/drain", read(), s.nodeDrainStatus)
 	handle("POST /v1/node/{id}/eligibility", []string{"eligible"}, s.nodeEligibility)
+	handle("POST /v1/node/{id}/deregister", nil, s.nodeDeregister)
 	handle("POST /v1/node/{id}/purge", nil, s.nodePurge)
 	handle("GET /v1/plugins", read(), s.pluginList)
 	handle("GET /v1/plugin/{id}", read(), s.pluginGet)
@@ -107,7 +108,7 @@ var rpcMethods = map[string]bool{
 	"Volume.SnapshotCreate": true, "Volume.SnapshotDelete": true, "Volume.SnapshotList": true, "Volume.Expand": true,
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
-	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true, "Node.Purge": true,
+	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true, "Node.Purge": true, "Node.Deregister": true,
 	"Volume.Modify": true, "Volume.Reconcile": true, "Volume.Usage": true, "Volume.StorageReports": true, "Volume.Storage": true,
 	"Eval.List": true, "Eval.Get": true,
 	"Status.Leader": true, "Status.Peers": true, "Status.Runtime": true,

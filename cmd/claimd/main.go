@@ -66,6 +66,7 @@ var commands = []command{
 		{name: "status", usage: "show client nodes, or one (with its lease and last fence)", run: runNodeStatus},
 		{name: "drain", usage: "take a node out of service: no new claims, its allocations stopped, their volumes detached in order", run: runNodeDrain},
 		{name: "eligibility", usage: "let a node take new claims (-enable) or not (-disable)", run: runNodeEligibility},
+		{name: "deregister", usage: "remove a node gone for good: its allocations lost, its claims waiting for its unmount or -force", run: runNodeDeregister},
 		{name: "purge", usage: "free a deregistered node's ID for another secret (its claims still wait for volume detach -force)", run: runNodePurge},
 	}},
 	{name: "plugin", sub: []command{

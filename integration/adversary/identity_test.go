@@ -245,8 +245,14 @@ func TestIdentity_DeregisteredNodesIDNeedsItsSecretAndPurgeHandsOverNoClaims(t *
 	w := newIdentityWorld(t)
 	ctx := harness.Ctx(t, 2*time.Minute)
 	w.b.Stop()
-	if _, err := w.mgmt.DeregisterNodes(ctx, w.bID); err != nil {
-		t.Fatal(err)
+	// `claimd node deregister`, as an operator runs it (node:write is
+	// enough; the management token is what the operator has here).
+	env := []string{"CLAIMD_ADDR=" + w.leader.Addr, "CLAIMD_TOKEN=" + w.c.ManagementToken(),
+		"CLAIMD_CACERT=" + w.c.PKI().CAFile, "CLAIMD_CLIENT_CERT=" + w.c.PKI().CertFile[tlsutil.RoleCLI],
+		"CLAIMD_CLIENT_KEY=" + w.c.PKI().KeyFile[tlsutil.RoleCLI]}
+	if r := harness.RunCLIEnv(t, env, "node", "deregister", w.bID); r.Code != 0 ||
+		!strings.Contains(r.Stdout, "claimd volume detach -force VOLUME "+w.bID) || !strings.Contains(r.Stdout, "claimd node purge "+w.bID) {
+		t.Fatalf("node deregister of B exp: done, naming -force and purge got: %d %s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if _, err := w.mgmt.PlaceAllocs(ctx, &structs.Alloc{ID: "a2", NodeID: w.cID,
 		Volumes: []*structs.AllocVolumeRequest{{VolumeID: "v1"}}}); err != nil {
@@ -268,9 +274,6 @@ func TestIdentity_DeregisteredNodesIDNeedsItsSecretAndPurgeHandsOverNoClaims(t *
 		t.Fatalf("purge with node:write exp: permission_denied got: %v", err)
 	}
 	// `claimd node purge`, as an operator runs it (management token).
-	env := []string{"CLAIMD_ADDR=" + w.leader.Addr, "CLAIMD_TOKEN=" + w.c.ManagementToken(),
-		"CLAIMD_CACERT=" + w.c.PKI().CAFile, "CLAIMD_CLIENT_CERT=" + w.c.PKI().CertFile[tlsutil.RoleCLI],
-		"CLAIMD_CLIENT_KEY=" + w.c.PKI().KeyFile[tlsutil.RoleCLI]}
 	if r := harness.RunCLIEnv(t, env, "node", "purge", w.cID); r.Code == 0 || !strings.Contains(r.Stderr, "deregister it first") {
 		t.Fatalf("node purge of registered C exp: refused, deregister it first got: %d %s%s", r.Code, r.Stdout, r.Stderr)
 	}
