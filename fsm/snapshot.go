@@ -55,7 +55,9 @@ const (
 	kindACLToken  recordKind = 8
 	// Storage reports: a snapshot written before reconciliation has none.
 	kindStorageReport recordKind = 9
-	kindEnd           recordKind = 255
+	// Controller admissions: a snapshot written before them has none.
+	kindControllerAdmission recordKind = 10
+	kindEnd                 recordKind = 255
 )
 
 // snapshotTables lists what a snapshot holds, in the order written.
@@ -66,6 +68,9 @@ var snapshotTables = []struct {
 }{
 	{TableIndexes, kindIndex, func() any { return new(IndexEntry) }},
 	{TableNodes, kindNode, func() any { return new(structs.Node) }},
+	// Before the plugins: restoring a plugin reads which of its
+	// controllers are admitted.
+	{TableControllerAdmissions, kindControllerAdmission, func() any { return new(structs.ControllerAdmission) }},
 	{TablePlugins, kindPlugin, func() any { return new(structs.Plugin) }},
 	{TableVolumes, kindVolume, func() any { return new(structs.Volume) }},
 	{TableAllocs, kindAlloc, func() any { return new(structs.Alloc) }},

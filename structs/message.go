@@ -48,6 +48,12 @@ const (
 	// VolumeModifiedRequestType records a volume's mutable parameters
 	// after the plugin changed them (ControllerModifyVolume).
 	VolumeModifiedRequestType MessageType = 23
+	// PluginAdmitControllerRequestType and PluginRevokeControllerRequestType
+	// admit a node's controller plugin to controller calls, or take the
+	// admission back (issue 38). Numbered apart from 24.. to stay clear of
+	// other entry types added at the same time.
+	PluginAdmitControllerRequestType  MessageType = 30
+	PluginRevokeControllerRequestType MessageType = 31
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the
