@@ -39,6 +39,14 @@ type pluginRow struct {
 	summary structs.Plugin // Controllers and Nodes always nil
 	// Instance counts, and how many instances require a controller.
 	controllers, nodes, requiring int
+	// healthyAny counts healthy controllers, admitted or not: what the
+	// claim check (schedulable) reads. Admissions do not change which
+	// claims the state machine takes, so that a server that predates
+	// them, during a rolling upgrade, takes the same ones (decisions of
+	// the log must not depend on the version applying it); a claim whose
+	// plugin has only pending controllers fails at its ControllerPublish,
+	// which goes to admitted controllers only (attachment.controllerTargets).
+	healthyAny int
 	// Keys of the instances the provider details and the capabilities
 	// come from: the first instance, in key order, that reports them
 	// ("" when none does). A controller instance that is not admitted is
@@ -189,6 +197,9 @@ func setInstance(tx *txn, r *pluginRow, kind byte, nodeID string, n *structs.Nod
 func (r *pluginRow) count(i *pluginInstance, sign int) {
 	if i.kind == instController {
 		r.controllers += sign
+		if i.info.Healthy {
+			r.healthyAny += sign
+		}
 		switch {
 		case !i.admitted:
 			r.summary.ControllersPending += sign
@@ -334,6 +345,7 @@ func schedulable(tx *txn, pluginID, nodeID string) (bool, string) {
 		return (*structs.Plugin)(nil).Schedulable(nodeID)
 	}
 	p := r.summary
+	p.ControllersHealthy = r.healthyAny // see pluginRow.healthyAny
 	if i := getInstance(tx.Txn, instanceKey(pluginID, instNode, nodeID)); i != nil {
 		p.Nodes = map[string]*structs.CSIInfo{nodeID: i.info}
 	}

@@ -362,6 +362,7 @@ func testHTTPAllocs(t *testing.T, e *httpEnv, reader string) {
 	f := e.apis[e.follower(t).Name]
 	plug := harness.StartPlugin(t, "hw1", hostdir.ModeMonolith, filepath.Join(t.TempDir(), "storage"))
 	agent := e.c.StartClient("hw1", e.addrs, plug.Config())
+	agent.AdmitControllers()
 	node := agent.NodeID()
 	harness.WaitFor(t, applyWait, func() error {
 		r, err := e.try(f, "GET", "/v1/plugin/hostdir", e.mgmt, "")

@@ -1,7 +1,5 @@
 package structs
 
-import "strconv"
-
 // Plugin is a CSI plugin as the cluster sees it. Nobody registers plugins:
 // the state machine derives them from node fingerprints whenever a node
 // registers, changes status or leaves, so a plugin can never disagree with
@@ -30,7 +28,10 @@ type Plugin struct {
 	Nodes       map[string]*CSIInfo `json:"nodes,omitempty"`
 	// ControllersHealthy counts admitted controllers that are healthy:
 	// only those are sent calls. ControllersPending counts controllers
-	// not admitted (see Admissions), healthy or not.
+	// not admitted (see Admissions), healthy or not. (The state machine's
+	// own claim check counts every healthy controller, admitted or not,
+	// so that servers of every version decide claims alike; the call
+	// itself goes to admitted controllers only.)
 	ControllersHealthy int `json:"controllers_healthy"`
 	NodesHealthy       int `json:"nodes_healthy"`
 	ControllersPending int `json:"controllers_pending"`
@@ -67,10 +68,6 @@ func (p *Plugin) Schedulable(nodeID string) (ok bool, reason string) {
 		return false, "no healthy node plugin " + quote(p.ID) + " on node " + quote(nodeID)
 	}
 	if p.ControllerRequired && p.ControllersHealthy == 0 {
-		if p.ControllersPending > 0 {
-			return false, "plugin " + quote(p.ID) + " requires a controller and none is admitted and healthy (" +
-				strconv.Itoa(p.ControllersPending) + " pending admission: claimd plugin admit)"
-		}
 		return false, "plugin " + quote(p.ID) + " requires a controller and none is healthy"
 	}
 	return true, ""

@@ -50,7 +50,7 @@ func newUIEnv(t *testing.T) *uiEnv {
 	e.node = harness.StartPlugin(t, "w1", hostdir.ModeNode, root)
 	e.worker = c.StartClient("w1", []string{srv.Addr}, e.node.Config())
 	ctrl := harness.StartPlugin(t, "ctrl", hostdir.ModeController, root)
-	c.StartClient("ctrl", []string{srv.Addr}, ctrl.Config())
+	c.StartClient("ctrl", []string{srv.Addr}, ctrl.Config()).AdmitControllers()
 	harness.WaitFor(t, 30*time.Second, func() error {
 		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
 		if err != nil {
