@@ -136,8 +136,8 @@ func refreshController(tx *txn, pluginID string, n *structs.Node) {
 // apply before its plugins are synced, so the instances are written
 // admitted at once.
 func autoAdmitControllers(tx *txn, n *structs.Node, source string) {
-	if source == "" || n == nil {
-		return
+	if n == nil || (source != structs.AdmittedByServerCert && source != structs.AdmittedByACLDisabled) {
+		return // "" (pending), or a value no server writes
 	}
 	for _, id := range structs.SortedKeys(n.CSIControllerPlugins) {
 		if getAdmission(tx.Txn, id, n.ID) == nil {
