@@ -15,7 +15,7 @@ const (
 
 // Capability is one thing that may be done to a resource. A capability
 // means something only together with its resource: Place exists only for
-// Alloc, and Write is a capability only of Node and Operator (a volume
+// Alloc, and Write is a capability only of Node, Plugin and Operator (a volume
 // write is checked by its fine capability, such as Register or Claim).
 type Capability string
 
@@ -50,7 +50,8 @@ var resources = []struct {
 	{Volume, []Capability{Read, Register, Deregister, Detach, Claim, Create, Delete}},
 	{Alloc, []Capability{Read, Place, Stop}},
 	{Node, []Capability{Read, Write}},
-	{Plugin, []Capability{Read}},
+	// Plugin write admits and revokes controllers (issue 38).
+	{Plugin, []Capability{Read, Write}},
 	{Operator, []Capability{Read, Write}},
 }
 

@@ -59,7 +59,8 @@ func cluster(t *testing.T) *fsmtest.Local {
 	}
 	for _, id := range []string{"c1", "c2"} {
 		l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
-			ID: id, SecretID: "s-" + id, Status: structs.NodeStatusReady, CSIControllerPlugins: map[string]*structs.CSIInfo{"p": node}}})
+			ID: id, SecretID: "s-" + id, Status: structs.NodeStatusReady, CSIControllerPlugins: map[string]*structs.CSIInfo{"p": node}},
+			AutoAdmit: structs.AdmittedByACLDisabled})
 	}
 	l.Must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
 		ID: "v1", ExternalID: "e1", PluginID: "p", AccessMode: structs.AccessModeMultiNodeReader,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
@@ -69,7 +70,11 @@ func (m *Manager) controllerCall(g *leaderlease.Grant, method string, q *structs
 
 // controllerTargets returns the nodes to try, in order: the named node first
 // when given (after checking it), then the other healthy controllers in
-// random order.
+// random order. Only admitted controllers are targets (issue 38): a call
+// carries the volume's secrets and its success is recorded as done, so a
+// node that merely says it runs a controller (any client certificate may
+// register one) gets neither. A plugin whose controllers are all pending
+// says so, naming them and the command that admits them.
 func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, error) {
 	state := m.state.State()
 	plug, err := state.PluginByID(nil, q.PluginID)
@@ -81,7 +86,7 @@ func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, er
 	}
 	var healthy []string
 	for _, id := range structs.SortedKeys(plug.Controllers) {
-		if !plug.Controllers[id].Healthy {
+		if !plug.Controllers[id].Healthy || !plug.ControllerAdmitted(id) {
 			continue
 		}
 		node, err := state.NodeByID(nil, id)
@@ -102,13 +107,33 @@ func (m *Manager) controllerTargets(q *structs.CSIControllerQuery) ([]string, er
 			}
 		}
 		if !found {
-			return nil, structs.Invalid("controller_node_id", fmt.Sprintf("node %q does not run a healthy controller of plugin %q", q.ControllerNodeID, q.PluginID))
+			problem := fmt.Sprintf("node %q does not run a healthy controller of plugin %q", q.ControllerNodeID, q.PluginID)
+			if plug.Controllers[q.ControllerNodeID] != nil && !plug.ControllerAdmitted(q.ControllerNodeID) {
+				problem = fmt.Sprintf("the controller of plugin %q on node %q is not admitted (claimd plugin admit %s %s)",
+					q.PluginID, q.ControllerNodeID, q.PluginID, q.ControllerNodeID)
+			}
+			return nil, structs.Invalid("controller_node_id", problem)
 		}
 	}
 	if len(healthy) == 0 {
+		if pending := plug.PendingControllers(); len(pending) > 0 {
+			return nil, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf(
+				"plugin %q has no admitted healthy controller; pending admission: %s (an operator with plugin:write runs: claimd plugin admit %s NODE)",
+				q.PluginID, listNodes(pending), q.PluginID))
+		}
 		return nil, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("plugin %q has no healthy controller", q.PluginID))
 	}
 	return healthy, nil
+}
+
+// listNodes names at most a few nodes, with how many more there are: an
+// error message stays short however many nodes registered a controller.
+func listNodes(ids []string) string {
+	const show = 5
+	if len(ids) <= show {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:show], ", "), len(ids)-show)
 }
 
 // NodeDetach runs NodeUnpublish (and NodeUnstage when no other allocation

@@ -116,6 +116,9 @@ var methodAccess = map[string]access{
 
 	"Plugin.Get":  capability(acl.Plugin, acl.Read),
 	"Plugin.List": capability(acl.Plugin, acl.Read),
+	// Admitting a controller hands it volume secrets (issue 38).
+	"Plugin.AdmitController":  capability(acl.Plugin, acl.Write),
+	"Plugin.RevokeController": capability(acl.Plugin, acl.Write),
 
 	"Eval.Get":             capability(acl.Volume, acl.Read),
 	"Eval.List":            capability(acl.Volume, acl.Read),

@@ -60,6 +60,7 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	// What the entry server saw of the agent's certificate; kept on the
 	// request for the log as before (decided in allowRegister).
 	args.ClientCertified = clientCertified(c.id)
+	args.AutoAdmit = autoAdmitSource(n.srv, c) // issue 38: plugin_admission.go
 	_, index, err := n.srv.Apply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err

@@ -107,8 +107,9 @@ func (v *Volume) Storage(args *structs.VolumeStorageRequest, reply *structs.Volu
 	// One volume through GET_VOLUME when a controller offers it, else the
 	// whole listing filtered.
 	ext := ""
-	for _, c := range plug.Controllers {
-		if c.Healthy && c.ControllerCapabilities != nil && c.ControllerCapabilities.GetVolume {
+	for id, c := range plug.Controllers {
+		// Only admitted controllers are asked (issue 38).
+		if c.Healthy && plug.ControllerAdmitted(id) && c.ControllerCapabilities != nil && c.ControllerCapabilities.GetVolume {
 			ext = vol.ExternalID
 		}
 	}

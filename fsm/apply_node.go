@@ -51,6 +51,7 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 	if n.Status == structs.NodeStatusDown && (old == nil || old.Status != structs.NodeStatusDown) {
 		loseNodeAllocs(tx, n.ID)
 	}
+	autoAdmitControllers(tx, n, req.AutoAdmit) // issue 38: plugin_admission.go
 	syncPlugins(tx, n.ID, old, n)
 	return nil, nil
 }

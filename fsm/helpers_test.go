@@ -129,7 +129,16 @@ func (h *harness) registerVolumes(vols ...*structs.Volume) {
 	h.mustApply(structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: vols})
 }
 
+// registerNode registers n as a cluster with ACLs off would: its
+// controllers admitted as they register (registerPendingNode: not).
 func (h *harness) registerNode(n *structs.Node) {
+	h.t.Helper()
+	h.mustApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n, AutoAdmit: structs.AdmittedByACLDisabled})
+}
+
+// registerPendingNode registers n as a client certificate would with ACLs
+// on: its controllers wait for an admission.
+func (h *harness) registerPendingNode(n *structs.Node) {
 	h.t.Helper()
 	h.mustApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
 }

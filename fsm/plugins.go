@@ -25,7 +25,8 @@ import (
 // queries on plugins watch.
 
 // Instance kinds, as key bytes: controllers sort before nodes, the order
-// in which provider details are looked for.
+// in which provider details are looked for (admitted controllers only:
+// see plugin_admission.go).
 const (
 	instController = 'c'
 	instNode       = 'n'
@@ -38,9 +39,22 @@ type pluginRow struct {
 	summary structs.Plugin // Controllers and Nodes always nil
 	// Instance counts, and how many instances require a controller.
 	controllers, nodes, requiring int
+	// healthyAny counts healthy controllers, admitted or not: what the
+	// claim check (schedulable) reads. Admissions do not change which
+	// claims the state machine takes, so that a server that predates
+	// them, during a rolling upgrade, takes the same ones (decisions of
+	// the log must not depend on the version applying it); a claim whose
+	// plugin has only pending controllers fails at its ControllerPublish,
+	// which goes to admitted controllers only (attachment.controllerTargets).
+	healthyAny int
 	// Keys of the instances the provider details and the capabilities
 	// come from: the first instance, in key order, that reports them
-	// ("" when none does).
+	// ("" when none does). A controller instance that is not admitted is
+	// never a source: whoever registers a node with a client certificate
+	// may add one, and one that sorts first must not redefine the plugin
+	// (its provider, what snapshots and expansion are checked against)
+	// for everyone. The provider comes from an admitted controller, or
+	// failing that from a node instance.
 	providerKey, controllerCapsKey, nodeCapsKey string
 	// full is the structs.Plugin readers get, built on the first read.
 	// A row is immutable once committed and every instance change writes
@@ -61,6 +75,10 @@ type pluginInstance struct {
 	nodeID string
 	kind   byte
 	info   *structs.CSIInfo
+	// admitted: a controller instance with an admission (always false
+	// for node instances), as of when the instance was last written;
+	// every admission change rewrites the instance.
+	admitted bool
 }
 
 // instanceKey orders a plugin's instances by kind, then node ID. The 0
@@ -138,6 +156,9 @@ func syncPlugins(tx *txn, nodeID string, old, now *structs.Node) {
 		r.full = &assembledPlugin{}
 		tx.put(TablePlugins, &r)
 	}
+	if now == nil {
+		dropNodeAdmissions(tx, nodeID)
+	}
 }
 
 // setInstance replaces one instance (info nil: removes it) and adjusts the
@@ -160,7 +181,8 @@ func setInstance(tx *txn, r *pluginRow, kind byte, nodeID string, n *structs.Nod
 			c.Healthy = false
 			c.HealthDescription = "node " + string(n.Status)
 		}
-		inst = &pluginInstance{key: key, nodeID: nodeID, kind: kind, info: c}
+		inst = &pluginInstance{key: key, nodeID: nodeID, kind: kind, info: c,
+			admitted: kind == instController && getAdmission(tx.Txn, r.summary.ID, nodeID) != nil}
 		r.count(inst, +1)
 		mustInsert(tx.Txn, TablePluginInstances, inst)
 	}
@@ -176,6 +198,12 @@ func (r *pluginRow) count(i *pluginInstance, sign int) {
 	if i.kind == instController {
 		r.controllers += sign
 		if i.info.Healthy {
+			r.healthyAny += sign
+		}
+		switch {
+		case !i.admitted:
+			r.summary.ControllersPending += sign
+		case i.info.Healthy:
 			r.summary.ControllersHealthy += sign
 		}
 	} else {
@@ -189,15 +217,23 @@ func (r *pluginRow) count(i *pluginInstance, sign int) {
 	}
 }
 
-func hasProvider(i *pluginInstance) bool       { return i.info.Provider != "" }
-func hasControllerCaps(i *pluginInstance) bool { return i.info.ControllerCapabilities != nil }
-func hasNodeCaps(i *pluginInstance) bool       { return i.info.NodeCapabilities != nil }
+// A pending controller is no source of anything (see pluginRow).
+func hasProvider(i *pluginInstance) bool {
+	return i.info.Provider != "" && (i.kind != instController || i.admitted)
+}
+func hasControllerCaps(i *pluginInstance) bool {
+	return i.admitted && i.info.ControllerCapabilities != nil
+}
+func hasNodeCaps(i *pluginInstance) bool { return i.info.NodeCapabilities != nil }
 
 // nextSource is the key of the first instance under prefix that has what
 // ok looks for, given that it was src before the instance at key became
 // now (nil: removed). Only a change at or before src can move it, and only
 // the source itself losing it needs a walk, which stops at the first
-// instance that has it: typically the next one.
+// instance that has it: typically the next one. (A walk from an admitted
+// controller passes over the pending ones after it: only the source's own
+// node leaving or changing, or an operator's revoke, starts one; a pending
+// controller registering never does.)
 func nextSource(tx *memdb.Txn, src, key string, now *pluginInstance, prefix string, ok func(*pluginInstance) bool) string {
 	if !strings.HasPrefix(key, prefix) {
 		return src
@@ -297,6 +333,7 @@ func (r *pluginRow) build(tx *memdb.Txn) *structs.Plugin {
 			p.Nodes[i.nodeID] = i.info
 		}
 	}
+	p.Admissions = pluginAdmissions(tx, p.ID)
 	return &p
 }
 
@@ -308,6 +345,7 @@ func schedulable(tx *txn, pluginID, nodeID string) (bool, string) {
 		return (*structs.Plugin)(nil).Schedulable(nodeID)
 	}
 	p := r.summary
+	p.ControllersHealthy = r.healthyAny // see pluginRow.healthyAny
 	if i := getInstance(tx.Txn, instanceKey(pluginID, instNode, nodeID)); i != nil {
 		p.Nodes = map[string]*structs.CSIInfo{nodeID: i.info}
 	}
@@ -315,29 +353,28 @@ func schedulable(tx *txn, pluginID, nodeID string) (bool, string) {
 }
 
 // restorePlugin stores a plugin read from a snapshot, which carries the
-// assembled structs.Plugin: its instances become rows, and the summary
-// fields are kept as written.
+// assembled structs.Plugin: its instances become rows, admitted as the
+// admissions table (restored before the plugins) says, and the summary is
+// derived from them as the entries would have: a snapshot written before
+// admissions existed has every controller pending. Admissions in the
+// record itself are the table's, already restored.
 func restorePlugin(tx *memdb.Txn, p *structs.Plugin) {
 	r := &pluginRow{summary: *p, full: &assembledPlugin{}}
-	r.summary.Controllers, r.summary.Nodes = nil, nil
+	r.summary.Controllers, r.summary.Nodes, r.summary.Admissions = nil, nil, nil
+	r.summary.ControllersHealthy, r.summary.NodesHealthy, r.summary.ControllersPending = 0, 0, 0
 	for kind, m := range map[byte]map[string]*structs.CSIInfo{instController: p.Controllers, instNode: p.Nodes} {
 		for nodeID, info := range m {
-			i := &pluginInstance{key: instanceKey(p.ID, kind, nodeID), nodeID: nodeID, kind: kind, info: info}
+			i := &pluginInstance{key: instanceKey(p.ID, kind, nodeID), nodeID: nodeID, kind: kind, info: info,
+				admitted: kind == instController && getAdmission(tx, p.ID, nodeID) != nil}
 			mustInsert(tx, TablePluginInstances, i)
-			if kind == instController {
-				r.controllers++
-			} else {
-				r.nodes++
-			}
-			if info.RequiresControllerPlugin {
-				r.requiring++
-			}
+			r.count(i, +1)
 		}
 	}
 	prefix := pluginPrefix(p.ID)
 	r.providerKey = firstSource(tx, prefix, prefix, hasProvider)
 	r.controllerCapsKey = firstSource(tx, prefix+string(instController), prefix+string(instController), hasControllerCaps)
 	r.nodeCapsKey = firstSource(tx, prefix+string(instNode), prefix+string(instNode), hasNodeCaps)
+	r.summarize(tx)
 	mustInsert(tx, TablePlugins, r)
 }
 

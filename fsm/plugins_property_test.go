@@ -20,28 +20,50 @@ var (
 )
 
 // TestPluginSummary_MatchesFromScratch: after any sequence of node
-// registers, status changes and deregistrations, the plugins the state
-// store answers (summaries kept up incrementally, instances in their own
-// table) equal the plugins summarised from scratch from the nodes, and a
-// snapshot restores to the same answers and the same bytes.
+// registers (their controllers admitted at once or left pending), status
+// changes, deregistrations, admissions and revocations, the plugins the
+// state store answers (summaries kept up incrementally, instances in
+// their own table) equal the plugins summarised from scratch from the
+// nodes and the admissions, and a snapshot restores to the same answers
+// and the same bytes.
 func TestPluginSummary_MatchesFromScratch(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := &summaryRun{t: t, f: New(nil)}
+		h := &summaryRun{t: t, f: New(nil), admitted: map[[2]string]*structs.ControllerAdmission{}}
 		steps := rapid.IntRange(1, 40).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
 			id := rapid.SampledFrom(summaryNodes).Draw(t, "node")
 			existing, _ := h.f.State().NodeByID(nil, id)
-			switch op := rapid.IntRange(0, 3).Draw(t, "op"); {
+			switch op := rapid.IntRange(0, 5).Draw(t, "op"); {
 			case op <= 1 || existing == nil:
-				n := drawSummaryNode(t, id)
-				h.apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
+				h.register(drawSummaryNode(t, id), rapid.Bool().Draw(t, "auto admit"))
 			case op == 2:
 				st := rapid.SampledFrom([]structs.NodeStatus{structs.NodeStatusReady, structs.NodeStatusDown}).Draw(t, "status")
 				h.apply(structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: id, Status: st})
-			default:
+			case op == 3:
 				h.apply(structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{id}})
+				for k := range h.admitted {
+					if k[1] == id {
+						delete(h.admitted, k)
+					}
+				}
+			default:
+				// Admit a controller the node runs, or revoke an
+				// admission it has (admitting twice changes nothing).
+				plug := rapid.SampledFrom(summaryPlugins).Draw(t, "admission plugin")
+				req := &structs.PluginAdmissionRequest{PluginID: plug, NodeID: id}
+				k := [2]string{plug, id}
+				if _, ok := h.admitted[k]; ok && op == 5 {
+					h.apply(structs.PluginRevokeControllerRequestType, req)
+					delete(h.admitted, k)
+				} else if existing.CSIControllerPlugins[plug] != nil {
+					h.apply(structs.PluginAdmitControllerRequestType, req)
+					if _, ok := h.admitted[k]; !ok {
+						h.admitted[k] = &structs.ControllerAdmission{PluginID: plug, NodeID: id,
+							Source: structs.AdmittedByOperator, CreateIndex: h.index}
+					}
+				}
 			}
-			checkPluginSummaries(t, h.f)
+			checkPluginSummaries(t, h.f, h.admitted)
 		}
 		restored := New(nil)
 		snap := mustSnapshotBytes(t, h.f)
@@ -57,10 +79,10 @@ func TestPluginSummary_MatchesFromScratch(t *testing.T) {
 			t.Fatalf("exp: the restored state snapshots to the same bytes got: %d bytes, was %d", len(again), len(snap))
 		}
 		// The restored summaries keep being maintained incrementally.
-		h2 := &summaryRun{t: t, f: restored, index: h.index}
+		h2 := &summaryRun{t: t, f: restored, index: h.index, admitted: h.admitted}
 		id := rapid.SampledFrom(summaryNodes).Draw(t, "last node")
-		h2.apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: drawSummaryNode(t, id)})
-		checkPluginSummaries(t, restored)
+		h2.register(drawSummaryNode(t, id), rapid.Bool().Draw(t, "last auto admit"))
+		checkPluginSummaries(t, restored, h2.admitted)
 	})
 }
 
@@ -68,6 +90,23 @@ type summaryRun struct {
 	t     *rapid.T
 	f     *FSM
 	index uint64
+	// admitted is the model of the admissions, by plugin and node.
+	admitted map[[2]string]*structs.ControllerAdmission
+}
+
+// register registers n, its controllers admitted as they come when auto.
+func (r *summaryRun) register(n *structs.Node, auto bool) {
+	req := &structs.NodeRegisterRequest{Node: n}
+	if auto {
+		req.AutoAdmit = structs.AdmittedByServerCert
+	}
+	r.apply(structs.NodeRegisterRequestType, req)
+	for id := range n.CSIControllerPlugins {
+		if _, ok := r.admitted[[2]string{id, n.ID}]; !ok && auto {
+			r.admitted[[2]string{id, n.ID}] = &structs.ControllerAdmission{PluginID: id, NodeID: n.ID,
+				Source: structs.AdmittedByServerCert, CreateIndex: r.index}
+		}
+	}
 }
 
 // apply applies one entry that must not be refused.
@@ -127,9 +166,9 @@ func drawInfo(t *rapid.T, pluginID string) *structs.CSIInfo {
 
 // checkPluginSummaries compares every plugin the store answers, by ID, in
 // the list and as a summary, with the plugins summarised from scratch from the nodes.
-func checkPluginSummaries(t *rapid.T, f *FSM) {
+func checkPluginSummaries(t *rapid.T, f *FSM, admitted map[[2]string]*structs.ControllerAdmission) {
 	nodes, _ := f.State().Nodes(nil)
-	want := pluginsFromScratch(nodes)
+	want := pluginsFromScratch(nodes, admitted)
 	got, _ := f.State().Plugins(nil)
 	stripped := make([]*structs.Plugin, len(got))
 	for i, p := range got {
@@ -142,7 +181,7 @@ func checkPluginSummaries(t *rapid.T, f *FSM) {
 		}
 		sum, _ := f.State().PluginSummary(nil, p.ID)
 		noMaps := *p
-		noMaps.Controllers, noMaps.Nodes = nil, nil
+		noMaps.Controllers, noMaps.Nodes, noMaps.Admissions = nil, nil, nil
 		if sum == nil || !reflect.DeepEqual(*sum, noMaps) {
 			t.Fatalf("plugin %s exp: PluginSummary as in Plugins without the maps got: %+v", p.ID, sum)
 		}
@@ -161,9 +200,12 @@ func checkPluginSummaries(t *rapid.T, f *FSM) {
 func dumpPlugins(ps []*structs.Plugin) string {
 	var b bytes.Buffer
 	for _, p := range ps {
-		fmt.Fprintf(&b, "\n  %s provider=%q/%q required=%v healthy c%d n%d ccaps=%+v ncaps=%+v",
+		fmt.Fprintf(&b, "\n  %s provider=%q/%q required=%v healthy c%d n%d pending %d ccaps=%+v ncaps=%+v",
 			p.ID, p.Provider, p.ProviderVersion, p.ControllerRequired, p.ControllersHealthy, p.NodesHealthy,
-			p.ControllerCapabilities, p.NodeCapabilities)
+			p.ControllersPending, p.ControllerCapabilities, p.NodeCapabilities)
+		for _, id := range structs.SortedKeys(p.Admissions) {
+			fmt.Fprintf(&b, "\n    admitted %s %+v", id, *p.Admissions[id])
+		}
 		for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
 			for _, id := range structs.SortedKeys(m) {
 				fmt.Fprintf(&b, "\n    %s %+v", id, *m[id])
@@ -174,8 +216,10 @@ func dumpPlugins(ps []*structs.Plugin) string {
 }
 
 // pluginsFromScratch is the reference: every plugin rebuilt from all the
-// nodes, the way the plugin table was derived before it was incremental.
-func pluginsFromScratch(nodes []*structs.Node) []*structs.Plugin {
+// nodes, the way the plugin table was derived before it was incremental,
+// with the admissions: a pending controller counts as pending and is the
+// source of nothing.
+func pluginsFromScratch(nodes []*structs.Node, admitted map[[2]string]*structs.ControllerAdmission) []*structs.Plugin {
 	byID := map[string]*structs.Plugin{}
 	add := func(kind string, n *structs.Node, id string, info *structs.CSIInfo) {
 		p := byID[id]
@@ -208,17 +252,30 @@ func pluginsFromScratch(nodes []*structs.Node) []*structs.Plugin {
 	var out []*structs.Plugin
 	for _, id := range structs.SortedKeys(byID) {
 		p := byID[id]
-		for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
+		isAdmitted := func(nodeID string) bool { _, ok := admitted[[2]string{id, nodeID}]; return ok }
+		for k, a := range admitted {
+			if k[0] == id {
+				if p.Admissions == nil {
+					p.Admissions = map[string]*structs.ControllerAdmission{}
+				}
+				p.Admissions[k[1]] = a.Copy()
+			}
+		}
+		for kind, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
 			for _, nodeID := range structs.SortedKeys(m) {
 				info := m[nodeID]
 				p.ControllerRequired = p.ControllerRequired || info.RequiresControllerPlugin
-				if p.Provider == "" && info.Provider != "" {
+				if p.Provider == "" && info.Provider != "" && (kind == 1 || isAdmitted(nodeID)) {
 					p.Provider, p.ProviderVersion = info.Provider, info.ProviderVersion
 				}
 			}
 		}
 		for _, nodeID := range structs.SortedKeys(p.Controllers) {
 			info := p.Controllers[nodeID]
+			if !isAdmitted(nodeID) {
+				p.ControllersPending++
+				continue
+			}
 			if p.ControllerCapabilities == nil && info.ControllerCapabilities != nil {
 				p.ControllerCapabilities = info.ControllerCapabilities.Copy()
 			}

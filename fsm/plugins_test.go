@@ -63,18 +63,17 @@ func TestPlugins_CarryCapabilitiesAndNodeFacts(t *testing.T) {
 
 // TestPlugins_SnapshotFromBeforeInstanceTable: a snapshot written before
 // plugin instances had their own table (testdata, written at bea79c4 from
-// pluginSnapshotState) restores to the plugins the live state answers,
-// and the same state still snapshots to exactly those bytes: the format
-// did not change. The restored plugins then keep being summarised right.
+// pluginSnapshotState) restores to the plugins the live state answers when
+// its controllers registered without admission: a snapshot from before
+// admissions (issue 38) has every controller pending, so none is sent a
+// call until an operator admits it. The restored plugins then keep being
+// summarised right, admissions included.
 func TestPlugins_SnapshotFromBeforeInstanceTable(t *testing.T) {
 	old, err := os.ReadFile("testdata/plugins-before-instance-table.snap")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := pluginSnapshotState(t)
-	if now := mustSnapshotBytes(t, h.f); !bytes.Equal(now, old) {
-		t.Fatalf("exp: the same state snapshots to the bytes written before (%d) got: %d different bytes", len(old), len(now))
-	}
+	h := pluginSnapshotState(t, (*harness).registerPendingNode)
 	restored := New(nil)
 	if err := restored.Restore(io.NopCloser(bytes.NewReader(old))); err != nil {
 		t.Fatalf("exp: restore got: %v", err)
@@ -84,34 +83,39 @@ func TestPlugins_SnapshotFromBeforeInstanceTable(t *testing.T) {
 	if len(want) != 2 || !reflect.DeepEqual(want, got) {
 		t.Fatalf("exp: restored plugins %s got: %s", dumpPlugins(want), dumpPlugins(got))
 	}
-	// Provider details come from the controllers first (n1's, which gives
-	// no version), as they always did.
-	if p := got[0]; p.ID != "hostdir" || p.NodesHealthy != 2 || p.ControllersHealthy != 2 ||
-		p.Provider != "hostdir.claimd.io" || p.ProviderVersion != "" || !p.ControllerRequired {
-		t.Fatalf("exp: hostdir with 2 healthy nodes and controllers, provider from n1's controller got: %s", dumpPlugins(got))
+	if a, b := mustSnapshotBytes(t, h.f), mustSnapshotBytes(t, restored); !bytes.Equal(a, b) {
+		t.Fatalf("exp: the restored state snapshots to the live state's bytes got: %d and %d bytes", len(a), len(b))
+	}
+	// The controllers are pending: none counts as healthy, and the
+	// provider comes from the node instances (n1's, with its version).
+	if p := got[0]; p.ID != "hostdir" || p.NodesHealthy != 2 || p.ControllersHealthy != 0 || p.ControllersPending != 2 ||
+		p.Provider != "hostdir.claimd.io" || p.ProviderVersion != "1.0.n1" || !p.ControllerRequired || p.ControllerCapabilities != nil {
+		t.Fatalf("exp: hostdir with 2 healthy nodes, 2 pending controllers, provider from n1's node got: %s", dumpPlugins(got))
 	}
 
-	// n1 leaves, on the restored store as on the live one: the summary
-	// is kept up from the restored rows.
+	// n10's controller is admitted, then n1 leaves, on the restored store
+	// as on the live one: the summary is kept up from the restored rows.
 	for _, f := range []*FSM{h.f, restored} {
 		r := &harness{t: t, f: f, index: h.index}
+		r.mustApply(structs.PluginAdmitControllerRequestType, &structs.PluginAdmissionRequest{PluginID: "hostdir", NodeID: "n10"})
 		r.mustApply(structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
 		p, _ := f.State().PluginByID(nil, "hostdir")
-		if p.ControllersHealthy != 1 || p.NodesHealthy != 1 || len(p.Nodes) != 2 || p.Nodes["n1"] != nil || p.ControllerCapabilities == nil {
-			t.Fatalf("exp: hostdir with n10's healthy controller, 2 nodes (1 healthy) got: %s", dumpPlugins([]*structs.Plugin{p}))
+		if p.ControllersHealthy != 1 || p.ControllersPending != 0 || p.NodesHealthy != 1 || len(p.Nodes) != 2 || p.Nodes["n1"] != nil ||
+			p.ControllerCapabilities == nil || p.ProviderVersion != "" {
+			t.Fatalf("exp: hostdir with n10's admitted healthy controller as the source, 2 nodes (1 healthy) got: %s", dumpPlugins([]*structs.Plugin{p}))
 		}
 	}
 	want, _ = h.f.State().Plugins(nil)
 	got, _ = restored.State().Plugins(nil)
 	if !reflect.DeepEqual(want, got) {
-		t.Fatalf("exp: the same plugins after the same entry got: %s and %s", dumpPlugins(want), dumpPlugins(got))
+		t.Fatalf("exp: the same plugins after the same entries got: %s and %s", dumpPlugins(want), dumpPlugins(got))
 	}
 }
 
 // pluginSnapshotState builds a state with two plugins over three nodes: a
 // controller and node plugin with capabilities and a provider, one node
 // down, and a second plugin on one node only.
-func pluginSnapshotState(t testing.TB) *harness {
+func pluginSnapshotState(t testing.TB, register func(*harness, *structs.Node)) *harness {
 	h := mustNewHarness(t)
 	for _, id := range []string{"n1", "n10", "n2"} {
 		n := testNode(id)
@@ -128,7 +132,7 @@ func pluginSnapshotState(t testing.TB) *harness {
 		if id == "n10" {
 			n.CSINodePlugins["other"] = &structs.CSIInfo{PluginID: "other", Healthy: true, MaxVolumes: 2}
 		}
-		h.registerNode(n)
+		register(h, n)
 	}
 	h.mustApply(structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n2", Status: structs.NodeStatusDown})
 	return h

@@ -91,6 +91,7 @@ func schema() *memdb.DBSchema {
 		TableStorageReports: {Name: TableStorageReports, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(r *structs.StorageReport) string { return r.PluginID }),
 		}},
+		TableControllerAdmissions: admissionsSchema(),
 		TableACLPolicies: {Name: TableACLPolicies, Indexes: map[string]*memdb.IndexSchema{
 			indexID: primary(func(p *structs.ACLPolicy) string { return p.Name }),
 		}},

@@ -55,9 +55,11 @@ const (
 	kindACLToken  recordKind = 8
 	// Storage reports: a snapshot written before reconciliation has none.
 	kindStorageReport recordKind = 9
+	// Controller admissions: a snapshot written before them has none.
+	kindControllerAdmission recordKind = 10
 	// Node identities (issue 38): a snapshot written before them has
-	// none, and nodes registered then get theirs when they next register
-	// or are deregistered. 10 is left for the controller admission work.
+	// none, and nodes registered then get theirs when they are next
+	// deregistered.
 	kindNodeIdentity recordKind = 11
 	kindEnd          recordKind = 255
 )
@@ -70,6 +72,9 @@ var snapshotTables = []struct {
 }{
 	{TableIndexes, kindIndex, func() any { return new(IndexEntry) }},
 	{TableNodes, kindNode, func() any { return new(structs.Node) }},
+	// Before the plugins: restoring a plugin reads which of its
+	// controllers are admitted.
+	{TableControllerAdmissions, kindControllerAdmission, func() any { return new(structs.ControllerAdmission) }},
 	{TablePlugins, kindPlugin, func() any { return new(structs.Plugin) }},
 	{TableVolumes, kindVolume, func() any { return new(structs.Volume) }},
 	{TableAllocs, kindAlloc, func() any { return new(structs.Alloc) }},

@@ -54,6 +54,8 @@ func (s *Server) routes() {
 	handle("POST /v1/node/{id}/purge", nil, s.nodePurge)
 	handle("GET /v1/plugins", read(), s.pluginList)
 	handle("GET /v1/plugin/{id}", read(), s.pluginGet)
+	handle("POST /v1/plugin/{id}/admit", []string{"node"}, s.pluginAdmit)
+	handle("POST /v1/plugin/{id}/revoke", []string{"node"}, s.pluginRevoke)
 	handle("GET /v1/evals", read("status", "volume"), s.evalList)
 	handle("GET /v1/eval/{id}", read(), s.evalGet)
 
@@ -108,6 +110,7 @@ var rpcMethods = map[string]bool{
 	"Volume.SnapshotCreate": true, "Volume.SnapshotDelete": true, "Volume.SnapshotList": true, "Volume.Expand": true,
 	"Alloc.List": true, "Alloc.Get": true, "Alloc.Place": true, "Alloc.Stop": true,
 	"Node.List": true, "Node.Get": true, "Plugin.List": true, "Plugin.Get": true,
+	"Plugin.AdmitController": true, "Plugin.RevokeController": true,
 	"Node.Drain": true, "Node.DrainStatus": true, "Node.UpdateEligibility": true, "Node.Purge": true, "Node.Deregister": true,
 	"Volume.Modify": true, "Volume.Reconcile": true, "Volume.Usage": true, "Volume.StorageReports": true, "Volume.Storage": true,
 	"Eval.List": true, "Eval.Get": true,

@@ -80,6 +80,7 @@ func (e *csiEnv) addNode(t *testing.T, name string, mode hostdir.Mode, first *ha
 	p := harness.StartPlugin(t, name, mode, e.root)
 	e.plugins[name] = p
 	e.clients[name] = e.c.StartClient(name, e.c.ServerOrder(first), p.Config())
+	e.clients[name].AdmitControllers() // nothing for a node plugin
 }
 
 func (e *csiEnv) nodeID(name string) string { return e.clients[name].NodeID() }

@@ -363,14 +363,36 @@ func testHTTPAllocs(t *testing.T, e *httpEnv, reader string) {
 	plug := harness.StartPlugin(t, "hw1", hostdir.ModeMonolith, filepath.Join(t.TempDir(), "storage"))
 	agent := e.c.StartClient("hw1", e.addrs, plug.Config())
 	node := agent.NodeID()
+	// Its controller waits for an admission (issue 38), given over HTTP:
+	// plugin:write, a node named.
 	harness.WaitFor(t, applyWait, func() error {
 		r, err := e.try(f, "GET", "/v1/plugin/hostdir", e.mgmt, "")
 		if err != nil {
 			return err
 		}
 		var p structs.Plugin
-		if r.status != 200 || json.Unmarshal(r.body, &p) != nil || p.NodesHealthy < 1 || p.ControllersHealthy < 1 {
-			return fmt.Errorf("plugin hostdir exp: a healthy node and controller got: %s", r)
+		if r.status != 200 || json.Unmarshal(r.body, &p) != nil || p.Controllers[node] == nil || p.ControllersPending != 1 {
+			return fmt.Errorf("plugin hostdir exp: hw1's controller pending got: %s", r)
+		}
+		return nil
+	})
+	expect(t, e.do(t, f, "POST", "/v1/plugin/hostdir/admit?node="+node, reader, ""), 403, "permission_denied")
+	expect(t, e.do(t, f, "POST", "/v1/plugin/hostdir/admit", e.mgmt, ""), 400, "invalid")
+	r := e.do(t, f, "POST", "/v1/plugin/hostdir/admit?node="+node, e.mgmt, "")
+	expect(t, r, 200, "")
+	var admitted struct{ Admitted bool }
+	if r.decode(t, &admitted); !admitted.Admitted {
+		t.Fatalf("admit exp: admitted got: %s", r)
+	}
+	harness.WaitFor(t, applyWait, func() error {
+		r, err := e.try(f, "GET", "/v1/plugin/hostdir", e.mgmt, "")
+		if err != nil {
+			return err
+		}
+		var p structs.Plugin
+		if r.status != 200 || json.Unmarshal(r.body, &p) != nil || p.NodesHealthy < 1 || p.ControllersHealthy < 1 ||
+			p.Admissions[node] == nil || p.Admissions[node].Source != structs.AdmittedByOperator {
+			return fmt.Errorf("plugin hostdir exp: a healthy node and admitted controller got: %s", r)
 		}
 		return nil
 	})
@@ -378,7 +400,7 @@ func testHTTPAllocs(t *testing.T, e *httpEnv, reader string) {
 	expect(t, e.do(t, f, "PUT", "/v1/volume/ha2", e.mgmt, fmt.Sprintf(volumeSpec, "ha2", "b")), 200, "")
 
 	// No id: made up, as `claimd alloc run` does.
-	r := e.do(t, f, "POST", "/v1/allocs", e.mgmt, fmt.Sprintf(`{"node_id": %q, "volumes": [{"volume_id": "ha1"}]}`, node))
+	r = e.do(t, f, "POST", "/v1/allocs", e.mgmt, fmt.Sprintf(`{"node_id": %q, "volumes": [{"volume_id": "ha1"}]}`, node))
 	expect(t, r, 200, "")
 	var placed struct {
 		Index  uint64

@@ -74,6 +74,7 @@ i=0; while [ -d /proc/"$pid" ] && [ "$(cut -d' ' -f3 /proc/"$pid"/stat 2>/dev/nu
 	}
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
+	e.ctrlClient.AdmitControllers()
 	harness.WaitFor(t, applyWait, func() error {
 		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
 		if err != nil {

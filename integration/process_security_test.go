@@ -218,10 +218,26 @@ func TestProcesses_SecureClusterAsInREADME(t *testing.T) {
 		if n["status"] != string(structs.NodeStatusReady) {
 			return fmt.Errorf("node exp: ready got: %v", n["status"])
 		}
-		if r := mgmt.run("plugin", "status", "-json", "hostdir"); r.Code != 0 || !strings.Contains(r.Stdout, `"controllers_healthy": 1`) {
-			return fmt.Errorf("plugin hostdir exp: a healthy controller got: %d %s %s", r.Code, r.Stdout, r.Stderr)
+		// The client certificate registers the node, not its controller:
+		// that waits for an operator (issue 38).
+		if r := mgmt.run("plugin", "status", "-json", "hostdir"); r.Code != 0 || !strings.Contains(r.Stdout, `"controllers_pending": 1`) ||
+			!strings.Contains(r.Stdout, `"controllers_healthy": 0`) {
+			return fmt.Errorf("plugin hostdir exp: one controller pending admission got: %d %s %s", r.Code, r.Stdout, r.Stderr)
 		}
 		nodeID, _ = n["id"].(string)
+		return nil
+	})
+	if out := mgmt.must("plugin", "status", "hostdir"); !strings.Contains(out, "Controllers Pending      1 (claimd plugin admit hostdir NODE)") {
+		t.Fatalf("plugin status exp: the pending controller and the command that admits it got: %s", out)
+	}
+	if out := mgmt.must("plugin", "admit", "hostdir", nodeID); !strings.Contains(out, "admitted") {
+		t.Fatalf("plugin admit exp: admitted got: %s", out)
+	}
+	harness.WaitFor(t, 60*time.Second, func() error {
+		if r := mgmt.run("plugin", "status", "-json", "hostdir"); r.Code != 0 || !strings.Contains(r.Stdout, `"controllers_healthy": 1`) ||
+			!strings.Contains(r.Stdout, `"source": "operator"`) {
+			return fmt.Errorf("plugin hostdir exp: the controller admitted by the operator and healthy got: %d %s %s", r.Code, r.Stdout, r.Stderr)
+		}
 		return nil
 	})
 	var ident struct{ ID, Secret string }

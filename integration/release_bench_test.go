@@ -44,7 +44,7 @@ func runReleasePipeline(b *testing.B, n int) {
 	node := harness.StartPlugin(b, "w1", hostdir.ModeNode, root)
 	ctrl := harness.StartPlugin(b, "ctrl", hostdir.ModeController, root)
 	w := c.StartClient("w1", []string{c.Servers[1].Addr}, node.Config())
-	c.StartClient("ctrl", []string{c.Servers[2].Addr}, ctrl.Config())
+	c.StartClient("ctrl", []string{c.Servers[2].Addr}, ctrl.Config()).AdmitControllers()
 	cl := leader.Client()
 	ctx := harness.Ctx(b, 10*time.Minute)
 	harness.WaitFor(b, 30*time.Second, func() error {

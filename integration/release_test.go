@@ -67,6 +67,7 @@ func newReleaseEnvOpts(t *testing.T, opts harness.Options, edit func(*harness.Te
 	}
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
+	e.ctrlClient.AdmitControllers()
 	harness.WaitFor(t, applyWait, func() error {
 		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
 		if err != nil {

@@ -97,6 +97,7 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	plug1 := harness.StartPlugin(t, "w1", hostdir.ModeMonolith, root)
 	plug2 := harness.StartPlugin(t, "w2", hostdir.ModeNode, root)
 	w1 := a.StartClient("w1", serverAddrs(a), plug1.Config())
+	w1.AdmitControllers()
 	w2 := a.StartClient("w2", serverAddrs(a), plug2.Config())
 	aAPI := a.Servers[0].Client()
 	harness.WaitFor(t, applyWait, func() error {
@@ -417,6 +418,7 @@ func TestSnapshot_CLIRestoresAnEarlierStateOfTheSameCluster(t *testing.T) {
 	c.WaitForLeader(electionWait)
 	plug := harness.StartPlugin(t, "w1", hostdir.ModeMonolith, filepath.Join(t.TempDir(), "storage"))
 	w1 := c.StartClient("w1", serverAddrs(c), plug.Config())
+	w1.AdmitControllers()
 	cl := c.Servers[0].Client()
 	plug.SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 1 << 30}})
 	if _, err := cl.RegisterVolumes(ctx, testVolume("v1")); err != nil {

@@ -438,6 +438,9 @@ func TestVolumeLifecycle_RefusedWithoutCapability(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Its controller is what the plugin's capabilities come from
+		// once admitted (issue 38).
+		c.AdmitNodeControllers(node.ID, id)
 		v := testVolume("vol-" + id)
 		v.PluginID = id
 		if _, err := cl.RegisterVolumes(ctx(), v); err != nil {

@@ -304,12 +304,13 @@ func (r *Reconciler) repair(report *structs.StorageReport) []*structs.VolumeRepa
 
 // unsupported says why a plugin's storage cannot be listed, or "".
 func unsupported(p *structs.Plugin) string {
-	for _, c := range p.Controllers {
-		if c.Healthy && c.ControllerCapabilities != nil && c.ControllerCapabilities.ListVolumes {
+	for id, c := range p.Controllers {
+		// Only an admitted controller is asked (issue 38).
+		if c.Healthy && p.ControllerAdmitted(id) && c.ControllerCapabilities != nil && c.ControllerCapabilities.ListVolumes {
 			return ""
 		}
 	}
-	return fmt.Sprintf("no healthy controller of plugin %q offers LIST_VOLUMES", p.ID)
+	return fmt.Sprintf("no admitted healthy controller of plugin %q offers LIST_VOLUMES", p.ID)
 }
 
 func truncate(s string) string {

@@ -49,9 +49,13 @@ const (
 	// after the plugin changed them (ControllerModifyVolume).
 	VolumeModifiedRequestType MessageType = 23
 	// NodePurgeRequestType removes a deregistered node's reservation of
-	// its ID (issue 38). 24 is left for the controller admission work
-	// landing beside it.
-	NodePurgeRequestType MessageType = 25
+	// its ID (issue 38).
+	NodePurgeRequestType MessageType = 24
+	// PluginAdmitControllerRequestType and PluginRevokeControllerRequestType
+	// admit a node's controller plugin to controller calls, or take the
+	// admission back (issue 38).
+	PluginAdmitControllerRequestType  MessageType = 25
+	PluginRevokeControllerRequestType MessageType = 26
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -213,6 +213,11 @@ type NodeRegisterRequest struct {
 	// admit a new node after forwarding. The leader trusts it only on a
 	// request forwarded over a server certificate.
 	ClientCertified bool
+	// AutoAdmit, when not "", admits the node's controllers as they
+	// register (a structs.AdmittedBy source). Set by the server that
+	// serves the call from the entry identity and its ACL setting, never
+	// taken from the caller (endpoints.autoAdmitSource).
+	AutoAdmit string
 	WriteRequest
 }
 

@@ -16,15 +16,28 @@ type Plugin struct {
 	// advertises, taken from the instance with the lowest node ID that
 	// reports them (every instance of one plugin version answers the same;
 	// the lowest ID makes every server pick the same). Per-node facts, max
-	// volumes and topology, stay on the instances.
+	// volumes and topology, stay on the instances. The controller
+	// capabilities, and the provider when any admitted controller reports
+	// one, come from admitted controllers only: a node that merely says
+	// it runs a controller cannot redefine the plugin for everyone.
 	ControllerCapabilities *CSIControllerCapabilities `json:"controller_capabilities,omitempty"`
 	NodeCapabilities       *CSINodeCapabilities       `json:"node_capabilities,omitempty"`
 	// Instances keyed by node ID. Healthy here means the fingerprint is
 	// healthy and the node is ready: a plugin on a down node cannot serve.
-	Controllers        map[string]*CSIInfo `json:"controllers,omitempty"`
-	Nodes              map[string]*CSIInfo `json:"nodes,omitempty"`
-	ControllersHealthy int                 `json:"controllers_healthy"`
-	NodesHealthy       int                 `json:"nodes_healthy"`
+	Controllers map[string]*CSIInfo `json:"controllers,omitempty"`
+	Nodes       map[string]*CSIInfo `json:"nodes,omitempty"`
+	// ControllersHealthy counts admitted controllers that are healthy:
+	// only those are sent calls. ControllersPending counts controllers
+	// not admitted (see Admissions), healthy or not. (The state machine's
+	// own claim check counts every healthy controller, admitted or not,
+	// so that servers of every version decide claims alike; the call
+	// itself goes to admitted controllers only.)
+	ControllersHealthy int `json:"controllers_healthy"`
+	NodesHealthy       int `json:"nodes_healthy"`
+	ControllersPending int `json:"controllers_pending"`
+	// Admissions are the plugin's admitted controllers by node ID
+	// (ControllerAdmitted); a controller without one is pending.
+	Admissions map[string]*ControllerAdmission `json:"admissions,omitempty"`
 
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
@@ -40,6 +53,7 @@ func (p *Plugin) Copy() *Plugin {
 	c.NodeCapabilities = p.NodeCapabilities.Copy()
 	c.Controllers = copyFingerprints(p.Controllers)
 	c.Nodes = copyFingerprints(p.Nodes)
+	c.Admissions = copyAdmissions(p.Admissions)
 	return &c
 }
 

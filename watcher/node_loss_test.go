@@ -46,7 +46,7 @@ func setupLost(t *testing.T, l *fsmtest.Local, policy structs.NodeLostPolicy) {
 		CSINodePlugins: map[string]*structs.CSIInfo{"p": info}}})
 	l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
 		ID: "c1", SecretID: "s", Status: structs.NodeStatusReady,
-		CSIControllerPlugins: map[string]*structs.CSIInfo{"p": ctrl}}})
+		CSIControllerPlugins: map[string]*structs.CSIInfo{"p": ctrl}}, AutoAdmit: structs.AdmittedByACLDisabled})
 	l.Must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
 		ID: "v1", ExternalID: "e1", PluginID: "p", AccessMode: structs.AccessModeSingleNodeWriter,
 		AttachmentMode: structs.AttachmentModeFilesystem, NodeLost: policy}}})

@@ -56,7 +56,7 @@ func setup(t *testing.T, l *fsmtest.Local) {
 	l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
 		ID: "n1", SecretID: "s", Status: structs.NodeStatusReady,
 		CSINodePlugins: map[string]*structs.CSIInfo{"p": info}, CSIControllerPlugins: map[string]*structs.CSIInfo{"p": info},
-	}})
+	}, AutoAdmit: structs.AdmittedByACLDisabled})
 	l.Must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{
 		ID: "v1", ExternalID: "e1", PluginID: "p", AccessMode: structs.AccessModeSingleNodeWriter,
 		AttachmentMode: structs.AttachmentModeFilesystem}}})

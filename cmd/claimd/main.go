@@ -71,6 +71,8 @@ var commands = []command{
 	}},
 	{name: "plugin", sub: []command{
 		{name: "status", usage: "show CSI plugins, or one", run: runPluginStatus},
+		{name: "admit", usage: "admit a node's controller of a plugin to controller calls (PLUGIN NODE; needs plugin:write)", run: runPluginAdmit},
+		{name: "revoke", usage: "stop sending controller calls to a node's controller of a plugin (PLUGIN NODE)", run: runPluginRevoke},
 	}},
 	{name: "eval", sub: []command{
 		{name: "list", usage: "show volume-claim GC evals", run: runEvalList},

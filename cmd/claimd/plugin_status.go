@@ -19,6 +19,10 @@ func printPluginDetail(w io.Writer, p *structs.Plugin) {
 	fmt.Fprintf(tw, "Provider\t%s %s\n", orDash(p.Provider), p.ProviderVersion)
 	fmt.Fprintf(tw, "Controller Required\t%t\n", p.ControllerRequired)
 	fmt.Fprintf(tw, "Controllers Healthy\t%d/%d\n", p.ControllersHealthy, len(p.Controllers))
+	if p.ControllersPending > 0 {
+		// Pending controllers receive no call until admitted (issue 38).
+		fmt.Fprintf(tw, "Controllers Pending\t%d (claimd plugin admit %s NODE)\n", p.ControllersPending, p.ID)
+	}
 	fmt.Fprintf(tw, "Nodes Healthy\t%d/%d\n", p.NodesHealthy, len(p.Nodes))
 	fmt.Fprintf(tw, "Controller Capabilities\t%s\n", capList(p.ControllerCapabilities.Names(), p.ControllerCapabilities == nil))
 	fmt.Fprintf(tw, "Node Capabilities\t%s\n", capList(p.NodeCapabilities.Names(), p.NodeCapabilities == nil))
@@ -27,10 +31,10 @@ func printPluginDetail(w io.Writer, p *structs.Plugin) {
 	if len(p.Controllers) > 0 {
 		fmt.Fprintln(w, "\nControllers")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "Node\tHealthy\tDescription")
+		fmt.Fprintln(tw, "Node\tHealthy\tAdmission\tDescription")
 		for _, id := range structs.SortedKeys(p.Controllers) {
 			c := p.Controllers[id]
-			fmt.Fprintf(tw, "%s\t%t\t%s\n", id, c.Healthy, orDash(c.HealthDescription))
+			fmt.Fprintf(tw, "%s\t%t\t%s\t%s\n", id, c.Healthy, admissionText(p, id), orDash(c.HealthDescription))
 		}
 		tw.Flush()
 	}
@@ -53,12 +57,12 @@ func printPluginDetail(w io.Writer, p *structs.Plugin) {
 // view uses.
 func printPluginList(w io.Writer, plugs []*structs.Plugin) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tProvider\tController Required\tControllers Healthy\tNodes Healthy\tController Capabilities\tNode Capabilities")
+	fmt.Fprintln(tw, "ID\tProvider\tController Required\tControllers Healthy\tNodes Healthy\tController Capabilities\tNode Capabilities\tControllers Pending")
 	for _, p := range plugs {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%d/%d\t%d/%d\t%s\t%s\n", p.ID, orDash(p.Provider), p.ControllerRequired,
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%d/%d\t%d/%d\t%s\t%s\t%d\n", p.ID, orDash(p.Provider), p.ControllerRequired,
 			p.ControllersHealthy, len(p.Controllers), p.NodesHealthy, len(p.Nodes),
 			capSummary(p.ControllerCapabilities.Names(), p.ControllerCapabilities == nil),
-			capSummary(p.NodeCapabilities.Names(), p.NodeCapabilities == nil))
+			capSummary(p.NodeCapabilities.Names(), p.NodeCapabilities == nil), p.ControllersPending)
 	}
 	tw.Flush()
 }
@@ -84,4 +88,13 @@ func maxVolumesText(n int64) string {
 		return "unlimited"
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// admissionText is how the controller on node came to receive calls, or
+// "pending" when it does not.
+func admissionText(p *structs.Plugin, node string) string {
+	if a := p.Admissions[node]; a != nil {
+		return a.Source
+	}
+	return "pending"
 }

@@ -100,6 +100,7 @@ func TestFinding2_NodeWriteTokenCannotMoveANodesSession(t *testing.T) {
 	cp := harness.StartPlugin(t, "ctrl", hostdir.ModeController, root)
 	w1 := c.StartClient("w1", c.ServerOrder(f1), wp.Config())
 	ctrl := c.StartClient("ctrl", c.ServerOrder(f1), cp.Config())
+	ctrl.AdmitControllers()
 	harness.WaitFor(t, applyWait, func() error {
 		p, _, err := mgmt.Plugin(ctx, "hostdir", structs.QueryOptions{})
 		if err != nil {

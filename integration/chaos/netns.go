@@ -389,6 +389,15 @@ func NewNetns(t *testing.T, opts NetnsOptions) Cluster {
 		if p == nil {
 			return fmt.Errorf("plugin %s not registered yet", nsPluginID)
 		}
+		if p.Controllers[c.ctrl.nodeID] != nil && !p.ControllerAdmitted(c.ctrl.nodeID) && p.ControllersPending > 0 {
+			// With ACLs on the controller node's client certificate does
+			// not admit its controller (issue 38): the operator does,
+			// with the management token.
+			var adm structs.PluginAdmissionResponse
+			return errors.Join(fmt.Errorf("controller on %s pending admission", c.ctrl.nodeID),
+				c.control(leader).Call(ctx, "Plugin.AdmitController",
+					&structs.PluginAdmissionRequest{PluginID: nsPluginID, NodeID: c.ctrl.nodeID}, &adm))
+		}
 		if p.NodesHealthy != len(c.workers) || p.ControllersHealthy != 1 {
 			return fmt.Errorf("plugin %s exp: %d healthy nodes and 1 healthy controller got: %d and %d",
 				nsPluginID, len(c.workers), p.NodesHealthy, p.ControllersHealthy)

@@ -584,18 +584,29 @@ pages.nodes = {
       out.append(card);
     }
     out.append(h("h1", { id: "h-plugins" }, "Plugins"));
-    out.append(table("Plugins", ["ID", "Provider", "Controllers healthy", "Nodes healthy", "Controller capabilities", "Node capabilities"],
+    out.append(table("Plugins", ["ID", "Provider", "Controllers healthy", "Nodes healthy", "Controller capabilities", "Node capabilities", "Controllers pending admission"],
       plugins.map((p) => h("tr", { "data-plugin": p.id },
         h("th", { scope: "row" }, p.id),
         h("td", {}, p.provider + " " + (p.provider_version || "")),
         h("td", {}, p.controller_required ? p.controllers_healthy + " / " + Object.keys(p.controllers || {}).length : "not required"),
         h("td", {}, p.nodes_healthy + " / " + Object.keys(p.nodes || {}).length),
         h("td", {}, capabilityList(p.controller_capabilities)),
-        h("td", {}, capabilityList(p.node_capabilities))))));
+        h("td", {}, capabilityList(p.node_capabilities)),
+        // A pending controller receives no call until an operator runs
+        // claimd plugin admit (issue 38).
+        h("td", { "data-pending": String(p.controllers_pending || 0) }, pendingControllers(p))))));
     return out;
   },
 };
 pages.node = pages.nodes;
+
+// pendingControllers names the plugin's controllers that wait for an
+// admission, with their health, or "none".
+function pendingControllers(p) {
+  const pending = Object.keys(p.controllers || {}).filter((id) => !(p.admissions || {})[id]).sort();
+  if (!pending.length) return "none";
+  return pending.map((id, i) => [i ? ", " : "", badge(id + " (pending)", "bad")]);
+}
 
 // fmtDuration renders a Go duration in nanoseconds ("30s").
 function fmtBytes(n) {
