@@ -75,7 +75,7 @@ func (v *Volume) checkGrowth(vol *structs.Volume, g growth) (*expansion, error) 
 	}
 	x := &expansion{growth: g, vol: vol,
 		onController: hasController(plug, capExpandVolume),
-		onNodes:      plug.NodeCapabilities != nil && plug.NodeCapabilities.ExpandVolume}
+		onNodes:      nodesCanExpand(plug, vol)}
 	if !x.onController && !x.onNodes {
 		return nil, structs.Invalid(g.capField, fmt.Sprintf("plugin %q advertises EXPAND_VOLUME neither as a controller nor as a node capability", plug.ID))
 	}
@@ -135,13 +135,13 @@ func (v *Volume) run(x *expansion, out *structs.VolumeExpansion) (uint64, error)
 // the volume mounted until it is back). A node that is not ready is pending
 // without a call; so is one whose call fails.
 func (v *Volume) expandOnNodes(vol *structs.Volume, capacity, limit int64) (expanded []string, pending map[string]string) {
-	nodes := map[string]bool{}
-	for _, c := range vol.AllClaims() {
-		if c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
-			nodes[c.NodeID] = true
+	plug, _ := v.srv.State().PluginByID(nil, vol.PluginID)
+	for _, id := range structs.SortedKeys(claimNodes(vol)) {
+		if plug != nil && !nodeCaps(plug, id).ExpandVolume {
+			// This node's own plugin does not expand (the summary's
+			// capabilities are one node's word, not every node's).
+			continue
 		}
-	}
-	for _, id := range structs.SortedKeys(nodes) {
 		reason := ""
 		node, err := v.srv.State().NodeByID(nil, id)
 		switch {
@@ -171,4 +171,44 @@ func (v *Volume) expandOnNodes(vol *structs.Volume, capacity, limit int64) (expa
 		v.srv.Logger.Warn("node expansion pending", "volume", vol.ID, "node", id, "reason", reason)
 	}
 	return expanded, pending
+}
+
+// claimNodes are the nodes where the volume is staged or published (a
+// claim not yet node-detached).
+func claimNodes(vol *structs.Volume) map[string]bool {
+	nodes := map[string]bool{}
+	for _, c := range vol.AllClaims() {
+		if c.State.Rank() < structs.ClaimStateNodeDetached.Rank() {
+			nodes[c.NodeID] = true
+		}
+	}
+	return nodes
+}
+
+// nodeCaps is the node capabilities node's own instance of the plugin
+// advertises (none when it runs no node plugin). A node call is decided by
+// the node it goes to: the plugin summary's node capabilities come from
+// whichever node instance sorts first, and a node with a client
+// certificate could make them say anything (issue 38).
+func nodeCaps(plug *structs.Plugin, node string) structs.CSINodeCapabilities {
+	if info := plug.Nodes[node]; info != nil && info.NodeCapabilities != nil {
+		return *info.NodeCapabilities
+	}
+	return structs.CSINodeCapabilities{}
+}
+
+// nodesCanExpand: a node the volume is on advertises EXPAND_VOLUME itself;
+// with no such node, what the plugin's summary says (the next claim's node
+// is checked when it comes).
+func nodesCanExpand(plug *structs.Plugin, vol *structs.Volume) bool {
+	nodes := claimNodes(vol)
+	if len(nodes) == 0 {
+		return plug.NodeCapabilities != nil && plug.NodeCapabilities.ExpandVolume
+	}
+	for id := range nodes {
+		if nodeCaps(plug, id).ExpandVolume {
+			return true
+		}
+	}
+	return false
 }

@@ -23,14 +23,15 @@ func (v *Volume) Usage(args *structs.VolumeUsageRequest, reply *structs.VolumeUs
 	if err != nil && !errors.Is(err, structs.ErrNotFound) {
 		return err
 	}
-	stats := plug != nil && plug.NodeCapabilities != nil && plug.NodeCapabilities.GetVolumeStats
 	for _, c := range vol.AllClaims() {
 		if c.State != structs.ClaimStateTaken {
 			continue
 		}
 		u := &structs.VolumeUsage{NodeID: c.NodeID, AllocID: c.AllocID}
-		if !stats {
-			u.Error = "plugin " + vol.PluginID + " does not advertise GET_VOLUME_STATS"
+		// The claim's node decides, not the plugin summary (one node's
+		// word: see nodeCaps).
+		if plug == nil || !nodeCaps(plug, c.NodeID).GetVolumeStats {
+			u.Error = "plugin " + vol.PluginID + " on node " + c.NodeID + " does not advertise GET_VOLUME_STATS"
 			reply.Usage = append(reply.Usage, u)
 			continue
 		}

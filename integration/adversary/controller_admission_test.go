@@ -70,8 +70,11 @@ func startFakeController(t *testing.T, c *harness.Cluster, entry *harness.TestSe
 		CSIControllerPlugins: map[string]*structs.CSIInfo{"hostdir": fakeControllerInfo()},
 		// A node instance that disagrees too: it may be a node of the
 		// plugin, but not redefine it.
+		// Its node capabilities say it can do nothing: sorting first, it
+		// must not make usage or node expansion refused cluster-wide.
 		CSINodePlugins: map[string]*structs.CSIInfo{"hostdir": {PluginID: "hostdir", Healthy: true,
-			Provider: fakeProvider, ProviderVersion: "6.6.6", ExternalNodeID: "ext-attacker"}}}
+			Provider: fakeProvider, ProviderVersion: "6.6.6", ExternalNodeID: "ext-attacker",
+			NodeCapabilities: &structs.CSINodeCapabilities{}}}}
 	var reply structs.NodeUpdateResponse
 	if err := f.call("Node.Register", &structs.NodeRegisterRequest{Node: node, ClientCertified: true,
 		AutoAdmit:    structs.AdmittedByServerCert,
@@ -297,6 +300,31 @@ func TestFinding38_2_SelfDeclaredControllerGetsNoCallNoSecret(t *testing.T) {
 			t.Errorf("ControllerUnpublish of %s on the real controller exp: 2 got: %d", v, n)
 		}
 	}
+	// A node call is decided by the claim's own node, not by the plugin
+	// summary the attacker's node instance could set: usage on w1 works.
+	if _, err := mgmt.PlaceAllocs(ctx, &structs.Alloc{ID: "usage-sv0", NodeID: w1.NodeID(),
+		Volumes: []*structs.AllocVolumeRequest{{VolumeID: "sv0"}}}); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 90*time.Second, func() error {
+		usage, err := mgmt.VolumeUsage(ctx, "sv0")
+		if err != nil {
+			return err
+		}
+		if len(usage) != 1 || usage[0].NodeID != w1.NodeID() || usage[0].Error != "" {
+			return fmt.Errorf("usage of sv0 on w1 exp: w1's own plugin answers got: %+v", usage)
+		}
+		return nil
+	})
+	if _, err := mgmt.StopAllocs(ctx, "usage-sv0"); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitFor(t, 90*time.Second, func() error {
+		if got, _, err := mgmt.Volume(ctx, "sv0", structs.QueryOptions{}); err != nil || got.HasClaims() {
+			return fmt.Errorf("sv0 exp: freed got: %v", err)
+		}
+		return nil
+	})
 	if p, _, err := mgmt.Plugin(ctx, "hostdir", structs.QueryOptions{}); err != nil || p.Provider != before.Provider ||
 		!reflect.DeepEqual(p.ControllerCapabilities, before.ControllerCapabilities) {
 		t.Fatalf("plugin summary after the rounds exp: unchanged got: %+v %v", p, err)
