@@ -145,6 +145,17 @@ type StreamLimits struct {
 // stream to answer it: a method name and a sequence number.
 const refusalHeaderBytes = 1 << 10
 
+// maxRefusedPerSession bounds the refused streams a session may keep open
+// (answered, closed by the server, not yet by the peer); one more and the
+// session is closed. Every refused stream costs the server a goroutine
+// and the CPU to answer it, and a peer can open them as fast as it can
+// write: issue 38's flood opened 77,000, and answering each took the
+// leader's CPU from Raft (elections). A client that meets a limit closes
+// the refused stream when it reads the answer (MuxClient does), so it
+// never keeps many; a peer that keeps opening streams past a limit
+// without closing them is not a client.
+const maxRefusedPerSession = 64
+
 // RefusalReadTimeout bounds how long a refused stream's request header
 // may take to arrive before the stream is closed unanswered.
 const RefusalReadTimeout = 2 * time.Second
@@ -159,23 +170,35 @@ const RefusalReadTimeout = 2 * time.Second
 // it too: after serve returns, what the peer still sends is read and
 // discarded (drain), so that bytes a peer pushes into a stream the server
 // has given up on are never buffered. A peer that leaves more than
-// 2*lim.PerSession streams open on the session, or more than
+// 2*lim.PerSession streams open on the session, more than
+// maxRefusedPerSession refused streams open on it, or more than
 // MaxStreamsPerPeer refused streams open over its sessions, loses the
 // session. ServeStreams returns when the session ends.
 func ServeStreams(sess *yamux.Session, lim StreamLimits, serve func(net.Conn), refused func(why string)) {
-	var held atomic.Int64
+	var held, refusedOpen atomic.Int64
 	pe := lim.Peer
+	g := guardOf(sess)
+	if g == nil {
+		g = newStreamGuard()
+	}
+	defer guards.Delete(sess)
+	closeSession := func() {
+		g.wakeAll()
+		sess.Close()
+	}
 	for {
-		stream, err := sess.AcceptStream()
+		ys, err := sess.AcceptStream()
 		if err != nil {
+			g.wakeAll()
 			return
 		}
+		stream := g.guard(ys)
 		// NumStreams counts every stream the session knows: served,
 		// draining, refused but not closed by the peer, and not accepted
 		// yet. Each may buffer up to yamux's receive window.
 		if n := sess.NumStreams(); n > 2*lim.PerSession {
 			refused(fmt.Sprintf("session closed: the peer keeps %d streams open, more than twice the limit of %d per session", n, lim.PerSession))
-			sess.Close()
+			closeSession()
 			return
 		}
 		// Refused streams cost a goroutine each until their peer closes
@@ -183,7 +206,7 @@ func ServeStreams(sess *yamux.Session, lim StreamLimits, serve func(net.Conn), r
 		// session that opens one more.
 		if pe != nil && pe.draining.Load() >= pe.peers.maxStreams {
 			refused(fmt.Sprintf("session closed: %s keeps %d refused streams open, the limit (rpc.MaxStreamsPerPeer)", pe.key, pe.draining.Load()))
-			sess.Close()
+			closeSession()
 			return
 		}
 		why := ""
@@ -193,13 +216,21 @@ func ServeStreams(sess *yamux.Session, lim StreamLimits, serve func(net.Conn), r
 			why = pe.takeStream()
 		}
 		if why != "" {
+			if refusedOpen.Load() >= maxRefusedPerSession {
+				refused(fmt.Sprintf("session closed: the peer keeps %d refused streams open on it and opens more (%s)", maxRefusedPerSession, why))
+				closeSession()
+				return
+			}
 			refused(why)
+			refusedOpen.Add(1)
 			if pe != nil {
 				pe.draining.Add(1)
 			}
 			go func() {
 				AnswerRefusal(stream, lim.Refusal, why)
 				drain(stream)
+				g.release(stream)
+				refusedOpen.Add(-1)
 				if pe != nil {
 					pe.draining.Add(-1)
 				}
@@ -210,6 +241,7 @@ func ServeStreams(sess *yamux.Session, lim StreamLimits, serve func(net.Conn), r
 		go func() {
 			serve(stream)
 			drain(stream)
+			g.release(stream)
 			held.Add(-1)
 			if pe != nil {
 				pe.giveStream()
@@ -248,10 +280,10 @@ func AnswerRefusal(stream net.Conn, lim RequestLimits, why string) {
 // peer closes it too (or yamux gives up on it after StreamCloseTimeout,
 // or the session ends). Without it, a stream closed on one side keeps
 // up to its receive window (256 KiB) buffered that nobody reads.
-func drain(s *yamux.Stream) {
+func drain(s *guardedStream) {
 	s.Close()
 	var buf [4096]byte
-	for {
+	for !s.Session().IsClosed() {
 		_, err := s.Read(buf[:])
 		// Let go of yamux's receive buffer once it is empty: a drained
 		// stream holds nothing.
@@ -268,6 +300,7 @@ func drain(s *yamux.Stream) {
 // limit it met instead of seeing its connection drop. lim bounds each
 // request header read (its budget, normally the server's).
 func RefuseSession(sess *yamux.Session, lim RequestLimits, why string) {
+	defer guards.Delete(sess)
 	defer sess.Close()
 	deadline := time.Now().Add(RefusalReadTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
