@@ -54,6 +54,7 @@ type floodWatch struct {
 	candidates int
 	term       string
 	cpuBefore  time.Duration
+	selfBefore time.Duration // this process: the attacker and the legitimate clients
 }
 
 // cpuTime is a process's user and system CPU time (/proc/PID/stat).
@@ -103,6 +104,7 @@ func (fc *floodCluster) watchFlood(t *testing.T) *floodWatch {
 	w.candidates = candidateLines(fc.procs)
 	w.term = maxTermLogged(fc.procs)
 	w.cpuBefore = cpuTime(fc.pid)
+	w.selfBefore = cpuTime(os.Getpid())
 	w.wg.Add(2)
 	go func() {
 		defer w.wg.Done()
@@ -179,8 +181,8 @@ func (w *floodWatch) done(t *testing.T, what string) {
 	w.mu.Unlock()
 	elections := candidateLines(fc.procs) - w.candidates
 	term := maxTermLogged(fc.procs)
-	t.Logf("%s: target CPU %v, idle RSS %d MB, peak %d MB (+%d MB); %d legitimate writes p99 %v (slowest %v), follower reads p99 %v; %d errors; %d elections; term %s -> %s",
-		what, cpuTime(fc.pid)-w.cpuBefore, fc.idleRSS>>20, w.peak.Load()>>20, grew>>20, n, p99.Round(time.Millisecond), worst.Round(time.Millisecond), readP99.Round(time.Millisecond), len(errs), elections, w.term, term)
+	t.Logf("%s: target CPU %v (attacker and clients %v), idle RSS %d MB, peak %d MB (+%d MB); %d legitimate writes p99 %v (slowest %v), follower reads p99 %v; %d errors; %d elections; term %s -> %s",
+		what, cpuTime(fc.pid)-w.cpuBefore, cpuTime(os.Getpid())-w.selfBefore, fc.idleRSS>>20, w.peak.Load()>>20, grew>>20, n, p99.Round(time.Millisecond), worst.Round(time.Millisecond), readP99.Round(time.Millisecond), len(errs), elections, w.term, term)
 	if grew > floodRSSLimit {
 		t.Errorf("target RSS growth under the flood exp: <= %d MB got: %d MB", floodRSSLimit>>20, grew>>20)
 	}

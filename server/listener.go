@@ -176,6 +176,31 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 		s.refuse(conn, "TLS connection refused: TLS is not configured on this server")
 		return info, 0, nil, false
 	}
+	// Each address's handshakes are paced (handshake_rate.go); the wait
+	// holds this connection's opening slot.
+	ip := info.Remote
+	if host, _, err := net.SplitHostPort(ip); err == nil {
+		ip = host
+	}
+	wait, ok := s.limits.handshakes.reserve(ip, time.Now(), rpc.HandshakeTimeout)
+	if !ok {
+		s.security.OpeningRefused.Add(1)
+		metrics.IncrCounter([]string{"rpc", "opening_refused"}, 1)
+		s.logRPCRefusal(s.limits, "connection refused", info.Remote,
+			"too many TLS handshakes from this address: its turn would come after rpc.HandshakeTimeout")
+		conn.Close()
+		return info, 0, nil, false
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.shutdownCh:
+			t.Stop()
+			conn.Close()
+			return info, 0, nil, false
+		}
+	}
 	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig())
 	if err != nil {
 		s.security.TLSHandshakeFails.Add(1)

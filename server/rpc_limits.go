@@ -27,6 +27,9 @@ type rpcLimits struct {
 	// holds a session for up to rpc.RefusalReadTimeout); past it a
 	// refused session is closed unanswered.
 	refusing chan struct{}
+	// handshakes paces the TLS handshakes of each remote address
+	// (handshake_rate.go).
+	handshakes *handshakeRate
 	// lastLog rate-limits refusal lines: a flood must not flood the log.
 	lastLog atomic.Int64
 }
@@ -36,7 +39,8 @@ const maxRefusing = 32
 
 func newRPCLimits() *rpcLimits {
 	budget := rpc.NewBudget("server", rpc.ServerBudgetBytes, nil)
-	return &rpcLimits{budget: budget, peers: rpc.NewPeers(budget), refusing: make(chan struct{}, maxRefusing)}
+	return &rpcLimits{budget: budget, peers: rpc.NewPeers(budget), refusing: make(chan struct{}, maxRefusing),
+		handshakes: newHandshakeRate(handshakeBurstPerIP, handshakesPerSecondPerIP)}
 }
 
 // peerKey names the peer of a connection for the per-peer caps; "" for a
