@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	netrpc "net/rpc"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -33,6 +37,9 @@ import (
 // limits, 77 sessions x 1,000 streams each holding a request head that
 // declares 4,000 bytes took the leader from 236 MB to 2 GB in 4 s and
 // cost it its leadership; 150 x 1,000 idle streams took it to 1.07 GB.
+
+// floodWriters is how many legitimate callers run during a flood.
+const floodWriters = 4
 
 // floodWritesP99 is the bound on the p99 of legitimate writes during a
 // flood (issue 38: writes by others keep p99 under 1 s).
@@ -105,7 +112,7 @@ func (fc *floodCluster) watchFlood(t *testing.T) *floodWatch {
 	w.term = maxTermLogged(fc.procs)
 	w.cpuBefore = cpuTime(fc.pid)
 	w.selfBefore = cpuTime(os.Getpid())
-	w.wg.Add(2)
+	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -121,34 +128,40 @@ func (fc *floodCluster) watchFlood(t *testing.T) *floodWatch {
 			}
 		}
 	}()
-	go func() {
-		defer w.wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			began := time.Now()
-			ctx, cancel := context10s()
-			_, err := w.leaderCl.RegisterVolumes(ctx, testVolume(fmt.Sprintf("legit-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), i)))
-			cancel()
-			took := time.Since(began)
-			began = time.Now()
-			ctx, cancel = context10s()
-			_, _, err2 := followerCl.Volume(ctx, warm, structs.QueryOptions{})
-			cancel()
-			w.mu.Lock()
-			w.writes = append(w.writes, took)
-			w.reads = append(w.reads, time.Since(began))
-			for _, e := range []error{err, err2} {
-				if e != nil {
-					w.errs = append(w.errs, e)
+	// Legitimate callers all along, each a write through the target then
+	// a read through a follower: a few at once, so that the p99 is one
+	// of a few hundred calls, not the slowest of a few dozen.
+	for c := range floodWriters {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-w.stop:
+					return
+				case <-time.After(50 * time.Millisecond):
 				}
+				began := time.Now()
+				ctx, cancel := context10s()
+				_, err := w.leaderCl.RegisterVolumes(ctx, testVolume(fmt.Sprintf("legit-%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "-"), c, i)))
+				cancel()
+				took := time.Since(began)
+				began = time.Now()
+				ctx, cancel = context10s()
+				_, _, err2 := followerCl.Volume(ctx, warm, structs.QueryOptions{})
+				cancel()
+				w.mu.Lock()
+				w.writes = append(w.writes, took)
+				w.reads = append(w.reads, time.Since(began))
+				for _, e := range []error{err, err2} {
+					if e != nil {
+						w.errs = append(w.errs, e)
+					}
+				}
+				w.mu.Unlock()
 			}
-			w.mu.Unlock()
-		}
-	}()
+		}()
+	}
 	return w
 }
 
@@ -186,8 +199,8 @@ func (w *floodWatch) done(t *testing.T, what string) {
 	if grew > floodRSSLimit {
 		t.Errorf("target RSS growth under the flood exp: <= %d MB got: %d MB", floodRSSLimit>>20, grew>>20)
 	}
-	if n < 10 {
-		t.Errorf("legitimate writes during the flood exp: >= 10 got: %d", n)
+	if n < 50 {
+		t.Errorf("legitimate writes during the flood exp: >= 50 got: %d", n)
 	}
 	if p99 > floodWritesP99 {
 		t.Errorf("p99 of legitimate writes during the flood exp: <= %v got: %v", floodWritesP99, p99)
@@ -217,8 +230,8 @@ type manyStreamsAttacker struct {
 // dialQuietAttacker is dialFloodAttacker with no per-stream open timer
 // (yamux runs a goroutine per opening stream for it) and no fatal error:
 // an overwhelmed target may refuse or fail the handshake, which counts.
-func dialQuietAttacker(fc *floodCluster, cfg *tls.Config) (*yamux.Session, error) {
-	raw, err := net.DialTimeout("tcp", fc.leader, 5*time.Second)
+func dialQuietAttacker(addr string, cfg *tls.Config) (*yamux.Session, error) {
+	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -244,10 +257,36 @@ func dialQuietAttacker(fc *floodCluster, cfg *tls.Config) (*yamux.Session, error
 	return yamux.Client(tc, ycfg)
 }
 
-// manyStreamsFlood opens sessions x streams streams on the target as a
-// peer with a client certificate and no token, each sending head (nil:
-// nothing, an idle stream), and holds them while w measures. It returns
-// what the attacker saw.
+// attackSummary is what the attacker process saw.
+type attackSummary struct {
+	Opened    int            `json:"opened"`     // streams opened
+	OpenedIn  time.Duration  `json:"opened_in"`  // until every session had opened its streams or was closed
+	Closed    int            `json:"closed"`     // sessions the server closed
+	DialFails int            `json:"dial_fails"` // sessions refused or failed at their opening
+	Answers   map[string]int `json:"answers"`    // answers waiting on streams of open sessions, by refusalKind
+}
+
+// The attacker runs in a process of its own (this test binary again,
+// TestFloodAttackerProcess), as a peer does: its goroutines and the race
+// detector's work on them do not delay the legitimate clients this
+// process measures.
+const (
+	attackerEnv = "CLAIMD_FLOOD_ATTACKER" // JSON attackerParams
+	openedLine  = "FLOOD-OPENED"
+	resultLine  = "FLOOD-RESULT "
+)
+
+type attackerParams struct {
+	Addr                  string `json:"addr"`
+	CAFile, CertFile, Key string
+	Sessions, Streams     int
+	Head                  []byte `json:"head"` // nil: idle streams
+}
+
+// manyStreamsFlood has an attacker process open sessions x streams
+// streams on the target as a peer with a client certificate and no
+// token, each sending head (nil: nothing, an idle stream), holds them
+// while w measures, and checks what the attacker and the target saw.
 func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, head []byte) {
 	t.Helper()
 	w := fc.watchFlood(t)
@@ -255,19 +294,118 @@ func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, he
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fc.pki.Configurator(t, tlsutil.RoleClient).OutgoingConfig()
+	params, err := json.Marshal(attackerParams{Addr: fc.leader, CAFile: fc.pki.CAFile, CertFile: fc.pki.CertFile[tlsutil.RoleClient],
+		Key: fc.pki.KeyFile[tlsutil.RoleClient], Sessions: sessions, Streams: streams, Head: head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodAttackerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), attackerEnv+"="+string(params))
+	cmd.Stderr = os.Stderr
+	leave, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leave.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(prefix string, within time.Duration) string {
+		deadline := time.After(within)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("attacker process exp: a %q line got: its end", prefix)
+				}
+				if rest, found := strings.CutPrefix(l, prefix); found {
+					return rest
+				}
+			case <-deadline:
+				t.Fatalf("attacker process exp: a %q line within %v got: none", prefix, within)
+			}
+		}
+	}
+	// The attack window: every session has opened its streams or been
+	// closed (the attacker gives up after 30 s).
+	next(openedLine, 60*time.Second)
+	// Hold them a moment longer with legitimate calls going on.
+	<-time.After(3 * time.Second)
+	w.done(t, fmt.Sprintf("%d sessions x %d streams (%s)", sessions, streams, map[bool]string{true: "idle", false: "small partial requests"}[head == nil]))
+	leave.Close()
+	var sum attackSummary
+	if err := json.Unmarshal([]byte(next(resultLine, 30*time.Second)), &sum); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := w.leaderCl.Runtime(harness.Ctx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("attacker: %d streams opened in %v, %d of %d sessions closed by the server, %d refused or failed at their opening; answers on open sessions %v; the leader counted %d streams, %d requests and %d connections refused",
+		sum.Opened, sum.OpenedIn.Round(time.Millisecond), sum.Closed, sessions, sum.DialFails, sum.Answers,
+		rt.StreamsRefused-rtBefore.StreamsRefused, rt.RequestsRefused-rtBefore.RequestsRefused, rt.OpeningRefused-rtBefore.OpeningRefused)
+	for kind, n := range sum.Answers {
+		if !strings.HasPrefix(kind, "unavailable naming ") && !strings.HasPrefix(kind, "timeout naming ") {
+			t.Errorf("answer to a flood stream exp: unavailable naming a limit got: %d x %q", n, kind)
+		}
+	}
+	if rt.StreamsRefused+rt.RequestsRefused == rtBefore.StreamsRefused+rtBefore.RequestsRefused {
+		t.Errorf("Status.Runtime StreamsRefused+RequestsRefused exp: grew got: +0")
+	}
+}
+
+// TestFloodAttackerProcess is the attacker of manyStreamsFlood when run
+// as its helper process; otherwise it does nothing.
+func TestFloodAttackerProcess(t *testing.T) {
+	raw := os.Getenv(attackerEnv)
+	if raw == "" {
+		t.Skip("the attacker process of TestFlood_ManySmallThingsOverManySessions")
+	}
+	var p attackerParams
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := tlsutil.ClientConfigFromFiles(p.CAFile, p.CertFile, p.Key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := runManyStreamsAttack(p, cfg, func() { fmt.Println(openedLine) }, func() { _, _ = io.Copy(io.Discard, os.Stdin) })
+	b, err := json.Marshal(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(resultLine + string(b))
+}
+
+// runManyStreamsAttack opens p.Sessions sessions at once and p.Streams
+// streams on each, calls opened when they are open (or the server closed
+// them, or 30 s passed), holds them until hold returns, and leaves.
+func runManyStreamsAttack(p attackerParams, cfg *tls.Config, opened, hold func()) attackSummary {
 	began := time.Now()
-	attackers := make([]*manyStreamsAttacker, sessions)
+	attackers := make([]*manyStreamsAttacker, p.Sessions)
 	var dialErrs atomic.Int64
 	var leaving atomic.Bool
 	var opening sync.WaitGroup
-	for i := range sessions {
+	for i := range p.Sessions {
 		a := &manyStreamsAttacker{}
 		attackers[i] = a
 		opening.Add(1)
 		go func() {
 			defer opening.Done()
-			sess, err := dialQuietAttacker(fc, cfg)
+			sess, err := dialQuietAttacker(p.Addr, cfg)
 			if err != nil {
 				dialErrs.Add(1)
 				return
@@ -278,7 +416,7 @@ func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, he
 			if leaving.Load() {
 				sess.Close()
 			}
-			for range streams {
+			for range p.Streams {
 				s, err := sess.OpenStream()
 				if err != nil {
 					a.mu.Lock()
@@ -289,32 +427,26 @@ func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, he
 				a.mu.Lock()
 				a.streams = append(a.streams, s)
 				a.mu.Unlock()
-				if head != nil {
+				if p.Head != nil {
 					_ = s.SetWriteDeadline(time.Now().Add(10 * time.Second))
-					if _, err := s.Write(head); err != nil {
+					if _, err := s.Write(p.Head); err != nil {
 						continue
 					}
 				}
 			}
 		}()
 	}
-	// Every session opens its streams, or is closed, within the attack
-	// window; a target too slow to accept them ends the window.
 	openDone := make(chan struct{})
 	go func() { opening.Wait(); close(openDone) }()
 	select {
 	case <-openDone:
 	case <-time.After(30 * time.Second):
 	}
-	opened := time.Since(began)
-	// Hold them a moment longer with legitimate calls going on.
-	<-time.After(3 * time.Second)
-	w.done(t, fmt.Sprintf("%d sessions x %d streams (%s)", sessions, streams, map[bool]string{true: "idle", false: "small partial requests"}[head == nil]))
-
+	sum := attackSummary{OpenedIn: time.Since(began), Answers: map[string]int{}}
+	opened()
+	hold()
 	// What the attacker saw: streams opened, sessions the server closed,
 	// and the answers waiting on its streams.
-	var open, closed int
-	answers := map[string]int{}
 	for _, a := range attackers {
 		a.mu.Lock()
 		sess, streams, byServer := a.sess, slices.Clone(a.streams), a.closedByServer
@@ -323,20 +455,21 @@ func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, he
 			continue
 		}
 		if byServer || sess.IsClosed() {
-			closed++
+			sum.Closed++
 			byServer = true
 		}
-		open += len(streams)
-		if head != nil && !byServer {
+		sum.Opened += len(streams)
+		if p.Head != nil && !byServer {
 			for _, s := range streams {
 				_ = s.SetReadDeadline(time.Now().Add(time.Millisecond))
 				var resp netrpc.Response
 				if err := codec.NewDecoder(s, structs.MsgpackHandle).Decode(&resp); err == nil {
-					answers[refusalKind(resp.Error)]++
+					sum.Answers[refusalKind(resp.Error)]++
 				}
 			}
 		}
 	}
+	sum.DialFails = int(dialErrs.Load())
 	// Leaving closes the sessions, which ends the openers still going.
 	leaving.Store(true)
 	for _, a := range attackers {
@@ -347,21 +480,7 @@ func (fc *floodCluster) manyStreamsFlood(t *testing.T, sessions, streams int, he
 		a.mu.Unlock()
 	}
 	<-openDone
-	rt, err := w.leaderCl.Runtime(harness.Ctx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("attacker: %d streams opened in %v, %d of %d sessions closed by the server, %d dials failed; answers on open sessions %v; the leader counted %d streams, %d requests and %d sessions refused",
-		open, opened.Round(time.Millisecond), closed, sessions, dialErrs.Load(), answers,
-		rt.StreamsRefused-rtBefore.StreamsRefused, rt.RequestsRefused-rtBefore.RequestsRefused, rt.OpeningRefused-rtBefore.OpeningRefused)
-	for kind, n := range answers {
-		if !strings.HasPrefix(kind, "unavailable naming ") && !strings.HasPrefix(kind, "timeout naming ") {
-			t.Errorf("answer to a flood stream exp: unavailable naming a limit got: %d x %q", n, kind)
-		}
-	}
-	if rt.StreamsRefused+rt.RequestsRefused == rtBefore.StreamsRefused+rtBefore.RequestsRefused {
-		t.Errorf("Status.Runtime StreamsRefused+RequestsRefused exp: grew got: +0")
-	}
+	return sum
 }
 
 // refusalKind groups an answer by the limit it names.

@@ -154,7 +154,7 @@ const refusalHeaderBytes = 1 << 10
 // the refused stream when it reads the answer (MuxClient does), so it
 // never keeps many; a peer that keeps opening streams past a limit
 // without closing them is not a client.
-const maxRefusedPerSession = 64
+const maxRefusedPerSession = 32
 
 // RefusalReadTimeout bounds how long a refused stream's request header
 // may take to arrive before the stream is closed unanswered.

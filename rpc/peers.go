@@ -47,7 +47,7 @@ const (
 	// what bounds idle streams. One busy MuxClient never opens more than
 	// maxOpenStreams (768); 2048 leaves room for two of them and a
 	// host's other clients (bench callers hold one or two each).
-	MaxStreamsPerPeer = 2048
+	MaxStreamsPerPeer = 1024
 
 	// PeerBudgetBytes bounds the bytes one peer's unfinished requests hold
 	// on a server, over all its sessions: two requests of the largest
