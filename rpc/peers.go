@@ -35,18 +35,21 @@ const (
 	// nodes, all on one server after two are gone) next to its callers;
 	// test clusters run a dozen agents and CLIs on 127.0.0.1 with one
 	// client certificate, one session each. 512 leaves room for all of
-	// them at once. A session without streams costs a server about
-	// 60 KB (TLS and yamux buffers, three goroutines), so the cap bounds
-	// a peer's idle sessions to about 30 MB.
+	// them at once. A session without streams costs about 40 KB (both
+	// ends of a plaintext loopback session measured in one process: yamux
+	// buffers, three goroutines each side) plus TLS's buffers, so the cap
+	// bounds a peer's idle sessions to a few tens of MB.
 	MaxSessionsPerPeer = 512
 
 	// MaxStreamsPerPeer bounds the streams a server serves at once for one
 	// peer, over all its sessions; past it a new stream is refused. A
-	// served stream costs a parked goroutine and its yamux state (about
-	// 5 KB idle, measured) even when it holds nothing else, so this is
-	// what bounds idle streams. One busy MuxClient never opens more than
-	// maxOpenStreams (768); 2048 leaves room for two of them and a
-	// host's other clients (bench callers hold one or two each).
+	// served stream costs a parked goroutine, its yamux state and its
+	// codec (7.6 KB idle, both ends of a loopback session measured in one
+	// process) even when it holds no request, so this is what bounds idle
+	// streams: about 8 MB a peer. One busy MuxClient never opens more
+	// than maxOpenStreams (768); 1024 leaves room for it and a host's
+	// other clients (bench callers and agents hold one or a few each).
+	// 2048 measured 50-60 MB more RSS under issue 38's floods.
 	MaxStreamsPerPeer = 1024
 
 	// PeerBudgetBytes bounds the bytes one peer's unfinished requests hold
