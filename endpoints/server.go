@@ -161,6 +161,10 @@ type ConnInfo struct {
 	// connection is only there by -tls-allow-plaintext (migration mode),
 	// and gets nothing a migration does not need.
 	ServerTLS bool
+	// PeerCert is the hex SHA-256 of the peer's TLS leaf certificate (""
+	// without TLS): with Remote's IP it names the peer for the RPC
+	// port's per-peer limits (rpc/peers.go).
+	PeerCert string
 }
 
 // Receivers are the RPC receivers of one connection, by service name.

@@ -392,7 +392,7 @@ func (fc *floodCluster) flood(t *testing.T, sessions, streams int) {
 		refused++
 		// Group the refusals by what they name.
 		key := r.answer
-		for _, limit := range []string{"rpc.SessionBudgetBytes", "rpc.ServerBudgetBytes"} {
+		for _, limit := range []string{"rpc.SessionBudgetBytes", "rpc.PeerBudgetBytes", "rpc.ServerBudgetBytes"} {
 			if strings.Contains(r.answer, limit) && strings.HasPrefix(r.answer, string(structs.CodeUnavailable)+":") {
 				key = "unavailable naming " + limit
 			}
@@ -421,7 +421,7 @@ func (fc *floodCluster) flood(t *testing.T, sessions, streams int) {
 	}
 	for key, n := range answers {
 		if !strings.HasPrefix(key, "unavailable naming ") {
-			t.Errorf("refusal exp: unavailable naming rpc.SessionBudgetBytes or rpc.ServerBudgetBytes got: %d x %q", n, key)
+			t.Errorf("refusal exp: unavailable naming rpc.SessionBudgetBytes, rpc.PeerBudgetBytes or rpc.ServerBudgetBytes got: %d x %q", n, key)
 		}
 	}
 	if n := candidateLines(fc.procs) - candidatesBefore; n != 0 {

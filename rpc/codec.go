@@ -55,8 +55,8 @@ type RequestLimits struct {
 	// ReadTimeout bounds the read of one request from its first byte to
 	// its last (0: none). Between requests there is no deadline.
 	ReadTimeout time.Duration
-	// Budget is charged for the bytes an unfinished request holds beyond
-	// freeRequestBytes (nil: none).
+	// Budget is charged for every byte an unfinished request holds, from
+	// its first: the read buffer and the request's own buffer (nil: none).
 	Budget *Budget
 	// Refused, if set, is told of every request refused by the budget or
 	// the deadline (for logs and counters); it must not block.
@@ -68,23 +68,42 @@ type RequestLimits struct {
 // and body, before anything is decoded: a partly sent request costs what
 // it has sent (charged to lim.Budget), never what its lengths declare,
 // and the decoder only ever sees complete frames.
+//
+// An idle codec holds no buffer: the read buffer is taken when a request's
+// first byte arrives and given back when the request is read, and a
+// response is written through a pooled buffer, so that an idle stream
+// costs its goroutine and little else (issue 38: idle streams held
+// 8 KiB of buffers each).
 func NewLimitedServerCodec(conn io.ReadWriteCloser, lim RequestLimits) rpc.ServerCodec {
-	bw := bufio.NewWriter(conn)
 	return &limitedServerCodec{
 		conn: conn,
-		fr:   frameReader{r: bufio.NewReader(conn), conn: conn, lim: lim},
-		bw:   bw,
-		enc:  codec.NewEncoder(bw, structs.MsgpackHandle),
+		fr:   frameReader{conn: conn, lim: lim},
 	}
 }
+
+// responseWriter is a pooled buffered encoder for responses.
+type responseWriter struct {
+	bw  *bufio.Writer
+	enc *codec.Encoder
+}
+
+var responseWriters = sync.Pool{New: func() any {
+	bw := bufio.NewWriter(nil)
+	return &responseWriter{bw: bw, enc: codec.NewEncoder(bw, structs.MsgpackHandle)}
+}}
+
+// readBufferBytes is the size of a request's read buffer (pooled, and
+// charged to the budget while a request holds it). Payloads larger than
+// it are read straight into the request's buffer.
+const readBufferBytes = 4 << 10
+
+var readBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferBytes) }}
 
 type limitedServerCodec struct {
 	conn io.ReadWriteCloser
 	fr   frameReader
 
 	wmu sync.Mutex // net/rpc writes responses from the handlers' goroutines
-	bw  *bufio.Writer
-	enc *codec.Encoder
 
 	closeOnce sync.Once
 	closeErr  error
@@ -107,12 +126,17 @@ func (c *limitedServerCodec) ReadRequestHeader(r *rpc.Request) error {
 }
 
 func (c *limitedServerCodec) ReadRequestBody(out any) error {
+	if err := c.fr.refusal; err != nil {
+		// The request was refused after its header was read: net/rpc
+		// sends err as the answer to it.
+		return c.fail(err)
+	}
 	frame, err := c.fr.readValue(false)
 	if err != nil {
 		return c.fail(err)
 	}
 	// The request is read; its bytes are held until it is decoded.
-	defer c.fr.finish()
+	defer c.fr.finish(false)
 	if out == nil {
 		return nil // net/rpc discards the body of a call it cannot serve
 	}
@@ -125,13 +149,20 @@ func (c *limitedServerCodec) ReadRequestBody(out any) error {
 func (c *limitedServerCodec) WriteResponse(r *rpc.Response, body any) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if err := c.enc.Encode(r); err != nil {
+	w := responseWriters.Get().(*responseWriter)
+	w.bw.Reset(c.conn)
+	defer func() {
+		// An encode error leaves the encoder in an unknown state: drop it.
+		w.bw.Reset(nil)
+		responseWriters.Put(w)
+	}()
+	if err := w.enc.Encode(r); err != nil {
 		return err
 	}
-	if err := c.enc.Encode(body); err != nil {
+	if err := w.enc.Encode(body); err != nil {
 		return err
 	}
-	return c.bw.Flush()
+	return w.bw.Flush()
 }
 
 func (c *limitedServerCodec) Close() error {
@@ -143,7 +174,7 @@ func (c *limitedServerCodec) Close() error {
 // the header was read) and reads no further request. The bytes of the
 // failed request are released.
 func (c *limitedServerCodec) fail(err error) error {
-	c.fr.finish()
+	c.fr.finish(true)
 	c.broken = err
 	return err
 }
@@ -163,14 +194,24 @@ func malformed(err error) error {
 // enforces RequestLimits: the request's size, the deadline from its first
 // byte, and the budget for the buffer that holds it.
 type frameReader struct {
+	// r is the read buffer, nil while no request is being read (taken
+	// from readBuffers at a request's first byte).
 	r    *bufio.Reader
 	conn io.ReadWriteCloser
 	lim  RequestLimits
+	one  [1]byte // a request's first byte, read before r is taken
+	// refusal: the budget had no room for the read buffer. The header is
+	// then read without one, into small (no more than fits: a method
+	// name and a sequence number), so that net/rpc can answer it with
+	// refusal (it answers only a request whose header it has).
+	refusal error
+	small   [128]byte
 
-	buf     []byte
-	charged int64 // bytes of buf's capacity charged to lim.Budget
-	read    int64 // bytes of the current request read so far
-	started bool  // the current request's first byte has been read
+	buf      []byte
+	charged  int64 // bytes of buf's capacity charged to lim.Budget
+	rcharged int64 // bytes of r charged to lim.Budget
+	read     int64 // bytes of the current request read so far
+	started  bool  // the current request's first byte has been read
 }
 
 // readValue reads one msgpack value into a fresh frame and returns it.
@@ -258,7 +299,17 @@ func (f *frameReader) readByte(startsRequest bool) (byte, error) {
 	if f.read >= f.lim.MaxBytes {
 		return 0, f.tooLarge()
 	}
-	b, err := f.r.ReadByte()
+	var b byte
+	var err error
+	if f.r == nil {
+		// Idle between requests: wait for the first byte with no buffer
+		// held, then take one (charged) for the rest of the request. A
+		// request refused a buffer reads its header here byte by byte.
+		_, err = io.ReadFull(f.conn, f.one[:])
+		b = f.one[0]
+	} else {
+		b, err = f.r.ReadByte()
+	}
 	if err != nil {
 		if startsRequest && err == io.EOF {
 			return 0, io.EOF
@@ -269,6 +320,12 @@ func (f *frameReader) readByte(startsRequest bool) (byte, error) {
 		f.started = true
 		if f.lim.ReadTimeout > 0 {
 			setReadDeadline(f.conn, time.Now().Add(f.lim.ReadTimeout))
+		}
+	}
+	if f.r == nil && f.refusal == nil {
+		if err := f.takeReader(); err != nil {
+			f.refusal = err
+			f.buf = f.small[:0]
 		}
 	}
 	if err := f.appendByte(b); err != nil {
@@ -305,7 +362,13 @@ func (f *frameReader) readPayload(n uint64) error {
 		if uint64(len(room)) > n {
 			room = room[:n]
 		}
-		got, err := f.r.Read(room)
+		var got int
+		var err error
+		if f.r != nil {
+			got, err = f.r.Read(room)
+		} else {
+			got, err = f.conn.Read(room)
+		}
 		f.buf = f.buf[:len(f.buf)+got]
 		f.read += int64(got)
 		n -= uint64(got)
@@ -330,24 +393,23 @@ func (f *frameReader) appendByte(b byte) error {
 // minFrameBuffer is the least a new frame buffer holds.
 const minFrameBuffer = 512
 
-// grow doubles buf (up to MaxBytes), charging the budget for the capacity
-// beyond freeRequestBytes first. A request's first buffer is as large as
-// what has already arrived, up to freeRequestBytes, so that a small
-// request is read into one buffer without growing it.
+// grow doubles buf (up to MaxBytes), charging the budget for its whole
+// capacity first. A request's first buffer is as large as what has
+// already arrived, up to readBufferBytes, so that a small request is
+// read into one buffer without growing it.
 func (f *frameReader) grow() error {
+	if f.refusal != nil {
+		// A header larger than small: no answer is possible.
+		return f.refusal
+	}
 	newCap := int64(2 * cap(f.buf))
 	if cap(f.buf) == 0 {
 		// A power of two, as every size after it.
-		newCap = int64(min(max(1<<bits.Len(uint(f.r.Buffered())), minFrameBuffer), freeRequestBytes))
+		newCap = int64(min(max(1<<bits.Len(uint(f.r.Buffered())), minFrameBuffer), readBufferBytes))
 	}
 	newCap = min(newCap, max(f.lim.MaxBytes, minFrameBuffer))
-	if charge := max(newCap-freeRequestBytes, 0) - f.charged; charge > 0 && f.lim.Budget != nil {
-		if by := f.lim.Budget.take(charge); by != nil {
-			return f.refused(structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
-				"request refused: unfinished requests on this %s hold %d of its %d bytes (rpc.%s), no room for %d more; retry later%s",
-				by.Name(), by.Used(), by.Limit(), budgetConst(by.Name()), charge, streamEndNote)))
-		}
-		f.charged += charge
+	if err := f.charge(newCap-f.charged, &f.charged); err != nil {
+		return err
 	}
 	nb := make([]byte, len(f.buf), newCap)
 	copy(nb, f.buf)
@@ -355,9 +417,38 @@ func (f *frameReader) grow() error {
 	return nil
 }
 
+// takeReader takes a read buffer for the request that has begun, charged
+// to the budget.
+func (f *frameReader) takeReader() error {
+	if err := f.charge(readBufferBytes, &f.rcharged); err != nil {
+		return err
+	}
+	f.r = readBuffers.Get().(*bufio.Reader)
+	f.r.Reset(f.conn)
+	return nil
+}
+
+// charge takes n bytes from the budget and adds them to *to, or refuses
+// the request naming the budget that has no room.
+func (f *frameReader) charge(n int64, to *int64) error {
+	if n <= 0 || f.lim.Budget == nil {
+		return nil
+	}
+	if by := f.lim.Budget.take(n); by != nil {
+		return f.refused(structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+			"request refused: unfinished requests on this %s hold %d of its %d bytes (rpc.%s), no room for %d more; retry later%s",
+			by.Name(), by.Used(), by.Limit(), budgetConst(by.Name()), n, streamEndNote)))
+	}
+	*to += n
+	return nil
+}
+
 func budgetConst(name string) string {
-	if name == "session" {
+	switch name {
+	case "session":
 		return "SessionBudgetBytes"
+	case "peer":
+		return "PeerBudgetBytes"
 	}
 	return "ServerBudgetBytes"
 }
@@ -365,24 +456,37 @@ func budgetConst(name string) string {
 // finish ends the current request (read, or failed): its deadline is
 // cleared and its buffer dropped, with the budget it was charged. The
 // buffer is never reused: decoded values may refer to it.
-func (f *frameReader) finish() {
+//
+// The read buffer is kept only if it holds bytes of the next request and
+// the stream goes on (done false); a failed stream gives everything back.
+func (f *frameReader) finish(done bool) {
 	if f.started && f.lim.ReadTimeout > 0 {
 		setReadDeadline(f.conn, time.Time{})
 	}
 	// A yamux stream keeps its receive buffer, as large as the largest
 	// frame it received (up to its 256 KiB window), while idle unless
-	// told to let go of it; after a small request it is small.
-	if f.read > freeRequestBytes {
-		if s, ok := f.conn.(interface{ Shrink() }); ok {
-			s.Shrink()
-		}
+	// told to let go of it.
+	if s, ok := f.conn.(interface{ Shrink() }); ok {
+		s.Shrink()
 	}
 	f.started = false
 	f.read = 0
 	f.buf = nil
+	f.refusal = nil
 	if f.charged > 0 {
 		f.lim.Budget.give(f.charged)
 		f.charged = 0
+	}
+	// The read buffer goes back once it holds nothing of the next request
+	// (a client that sends requests back to back may have sent some).
+	if f.r != nil && (done || f.r.Buffered() == 0) {
+		f.r.Reset(nil)
+		readBuffers.Put(f.r)
+		f.r = nil
+		if f.rcharged > 0 {
+			f.lim.Budget.give(f.rcharged)
+			f.rcharged = 0
+		}
 	}
 }
 

@@ -49,9 +49,19 @@ type limitedServer struct {
 	block    *blocker
 	refusals atomic.Int64 // streams refused by ServeStreams
 	refused  atomic.Int64 // requests refused by a budget or the deadline
+	// sessionsRefused: connections refused by the per-peer session cap.
+	sessionsRefused atomic.Int64
 }
 
 func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *limitedServer {
+	t.Helper()
+	return serveLimitedPeers(t, maxStreams, nil, func(*Peer) RequestLimits { return limits() })
+}
+
+// serveLimitedPeers is serveLimited with per-peer caps (peers nil: none):
+// every connection is a session of its peer (its remote IP), and limits
+// makes its limits knowing its peer.
+func serveLimitedPeers(t *testing.T, maxStreams int, peers *Peers, limits func(*Peer) RequestLimits) *limitedServer {
 	t.Helper()
 	ls := &limitedServer{echo: &echo{}, block: &blocker{release: make(chan struct{})}}
 	t.Cleanup(ls.block.releaseAll)
@@ -62,8 +72,8 @@ func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *li
 	if err := rs.RegisterName("Block", ls.block); err != nil {
 		t.Fatal(err)
 	}
-	withCount := func() RequestLimits {
-		lim := limits()
+	withCount := func(pe *Peer) RequestLimits {
+		lim := limits(pe)
 		lim.Refused = func(*structs.CodedError) { ls.refused.Add(1) }
 		return lim
 	}
@@ -72,7 +82,23 @@ func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *li
 		if !ok {
 			return
 		}
-		lim := withCount()
+		var pe *Peer
+		if peers != nil {
+			var err error
+			pe, err = peers.Open(PeerKey(c.RemoteAddr().String(), ""))
+			if err != nil {
+				ls.sessionsRefused.Add(1)
+				if Protocol(p) == ProtoMux {
+					if sess, err2 := newTestYamuxServer(c); err2 == nil {
+						RefuseSession(sess, RequestLimits{}, err.Error())
+					}
+				}
+				c.Close()
+				return
+			}
+			defer pe.Close()
+		}
+		lim := withCount(pe)
 		switch Protocol(p) {
 		case ProtoRPC:
 			rs.ServeCodec(NewLimitedServerCodec(c, lim))
@@ -82,7 +108,7 @@ func serveLimited(t *testing.T, maxStreams int, limits func() RequestLimits) *li
 				return
 			}
 			defer sess.Close()
-			ServeStreams(sess, maxStreams, func(s net.Conn) {
+			ServeStreams(sess, StreamLimits{PerSession: maxStreams, Peer: pe, Refusal: lim}, func(s net.Conn) {
 				rs.ServeCodec(NewLimitedServerCodec(s, lim))
 			}, func(string) { ls.refusals.Add(1) })
 		default:
@@ -155,9 +181,9 @@ func usedIs(b *Budget, exp int64) func() error {
 	}
 }
 
-// A request's buffer is charged as it fills (its capacity beyond
-// freeRequestBytes, to the session's budget and the server's) and
-// released when the request has been read.
+// A request's buffers are charged as they fill (the read buffer and the
+// request buffer's whole capacity, to the session's budget and the
+// server's) and released when the request has been read.
 func TestBudget_ChargedAsReadAndReleasedOnCompletion(t *testing.T) {
 	server := NewBudget("server", 1<<20, nil)
 	session := NewBudget("session", 512<<10, server)
@@ -172,9 +198,9 @@ func TestBudget_ChargedAsReadAndReleasedOnCompletion(t *testing.T) {
 	mustWrite(t, s, echoStart(t, "Echo.Echo", payload))
 	mustWrite(t, s, make([]byte, 100<<10))
 	// 100 KiB and the header fit in a 128 KiB buffer.
-	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
-	if got := server.Used(); got != 128<<10-freeRequestBytes {
-		t.Fatalf("server budget exp: %d got: %d", 128<<10-freeRequestBytes, got)
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10+readBufferBytes))
+	if got := server.Used(); got != 128<<10+readBufferBytes {
+		t.Fatalf("server budget exp: %d got: %d", 128<<10+readBufferBytes, got)
 	}
 	mustWrite(t, s, make([]byte, payload-100<<10))
 	resp, body, err := readReply(s)
@@ -199,7 +225,7 @@ func TestBudget_ReleasedWhenTheRequestFails(t *testing.T) {
 	}
 	mustWrite(t, s, echoStart(t, "Echo.Echo", 300<<10))
 	mustWrite(t, s, make([]byte, 100<<10))
-	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10-freeRequestBytes))
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 128<<10+readBufferBytes))
 	sess.Close()
 	testutil.WaitFor(t, 5*time.Second, usedIs(session, 0))
 	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
@@ -210,8 +236,8 @@ func TestBudget_ReleasedWhenTheRequestFails(t *testing.T) {
 
 // Past a budget a request is refused at once with an unavailable error
 // naming the budget that is full, its stream is closed, and what the
-// other requests hold is untouched. Small requests need no budget and are
-// served all along.
+// other requests hold is untouched. A small call fits in what is left and
+// is served.
 func TestBudget_RefusedPastTheCap(t *testing.T) {
 	server := NewBudget("server", 96<<10, nil)
 	ls := serveLimited(t, 16, func() RequestLimits {
@@ -227,7 +253,7 @@ func TestBudget_RefusedPastTheCap(t *testing.T) {
 	}
 	mustWrite(t, held, echoStart(t, "Echo.Echo", 50<<10))
 	mustWrite(t, held, make([]byte, 40<<10))
-	testutil.WaitFor(t, 5*time.Second, usedIs(server, 64<<10-freeRequestBytes))
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 64<<10+readBufferBytes))
 
 	refusal := func(sess *yamux.Session, limit string) {
 		t.Helper()
@@ -260,8 +286,8 @@ func TestBudget_RefusedPastTheCap(t *testing.T) {
 		t.Fatalf("refusals reported exp: 2 got: %d", n)
 	}
 	// The held request kept its charge and completes.
-	if got := server.Used(); got != 64<<10-freeRequestBytes {
-		t.Fatalf("server budget after the refusals exp: %d got: %d", 64<<10-freeRequestBytes, got)
+	if got := server.Used(); got != 64<<10+readBufferBytes {
+		t.Fatalf("server budget after the refusals exp: %d got: %d", 64<<10+readBufferBytes, got)
 	}
 	// A small call is served while the budget is taken.
 	mc := WrapSession(sess2)
@@ -277,7 +303,8 @@ func TestBudget_RefusedPastTheCap(t *testing.T) {
 }
 
 // A request that declares a large value and sends little of it costs what
-// arrived, not what it declared.
+// arrived, not what it declared: its read buffer and a small request
+// buffer, both charged.
 func TestBudget_DeclaredLengthCostsOnlyWhatArrives(t *testing.T) {
 	server := NewBudget("server", MaxRequestBytes, nil)
 	ls := serveLimited(t, 16, func() RequestLimits {
@@ -294,26 +321,82 @@ func TestBudget_DeclaredLengthCostsOnlyWhatArrives(t *testing.T) {
 		}
 		mustWrite(t, s, append(echoStart(t, "Echo.Echo", MaxRequestBytes-1024), "ten bytes!"...))
 	}
-	// Every request has started (it holds a deadline) and is waiting.
-	testutil.WaitFor(t, 5*time.Second, func() error {
-		if n := sess.NumStreams(); n != streams {
-			return fmt.Errorf("streams exp: %d got: %d", streams, n)
-		}
-		return nil
-	})
+	// Every request has started and is held, charged for its read buffer
+	// and a request buffer of the least size.
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, streams*(readBufferBytes+minFrameBuffer)))
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	if got := server.Used(); got != 0 {
-		t.Fatalf("charged for %d requests of 10 bytes exp: 0 got: %d", streams, got)
-	}
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 		t.Fatalf("allocated for %d requests declaring %d bytes and sending 10 exp: < 1 MiB got: %d", streams, MaxRequestBytes, grew)
 	}
 }
 
-// Past MaxStreamsPerSession a new stream is closed at once; a served
-// stream that ends frees its place.
-func TestServeStreams_CapClosesNewStreamsAtOnce(t *testing.T) {
+// Issue 38: small unfinished requests are charged from their first byte,
+// so many of them fill a budget like one large one: past it the next is
+// refused with an unavailable error naming the budget. Before, the first
+// 4 KiB of every request were free and 77,000 of them held 2 GB.
+func TestBudget_SmallPartialRequestsAreCharged(t *testing.T) {
+	const perRequest = readBufferBytes + minFrameBuffer // read buffer and request buffer
+	const fit = 10
+	server := NewBudget("server", 1<<20, nil)
+	session := NewBudget("session", fit*perRequest, server)
+	ls := serveLimited(t, 64, func() RequestLimits {
+		return RequestLimits{MaxBytes: 1 << 20, ReadTimeout: time.Minute, Budget: session}
+	})
+	sess := rawSession(t, ls.addr)
+	// A head that declares 4,000 bytes and sends a few: under the old
+	// uncharged 4 KiB.
+	head := echoStart(t, "Echo.Echo", 4000)
+	for range fit {
+		s, err := sess.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, s, head)
+	}
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, fit*perRequest))
+	s, err := sess.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, head)
+	_ = s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, _, err := readReply(s)
+	if err != nil {
+		t.Fatalf("small partial request past the budget exp: an answer got: %v", err)
+	}
+	if perr := structs.ParseError(netrpc.ServerError(resp.Error)); !errors.Is(perr, structs.ErrUnavailable) || !strings.Contains(resp.Error, "rpc.SessionBudgetBytes") {
+		t.Fatalf("small partial request past the budget exp: unavailable naming rpc.SessionBudgetBytes got: %q", resp.Error)
+	}
+	if got := session.Used(); got != fit*perRequest {
+		t.Fatalf("session budget after the refusal exp: %d got: %d", fit*perRequest, got)
+	}
+	sess.Close()
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
+}
+
+// An idle stream holds no buffer and no budget: its read buffer is given
+// back once a request has been read.
+func TestBudget_IdleStreamHoldsNothing(t *testing.T) {
+	server := NewBudget("server", 1<<20, nil)
+	ls := serveLimited(t, 16, func() RequestLimits {
+		return RequestLimits{MaxBytes: 1 << 20, ReadTimeout: time.Minute, Budget: NewBudget("session", 1<<20, server)}
+	})
+	mc := WrapSession(rawSession(t, ls.addr))
+	var out string
+	if err := mc.Call(context.Background(), "Echo.Echo", &EchoArgs{Payload: strings.Repeat("y", 10<<10)}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(mc.idle); n != 1 {
+		t.Fatalf("idle streams exp: 1 got: %d", n)
+	}
+	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
+}
+
+// Past MaxStreamsPerSession a new stream is refused: its request is
+// answered with an unavailable error naming the limit and the stream is
+// closed. A served stream that ends frees its place.
+func TestServeStreams_CapRefusesNewStreams(t *testing.T) {
 	const max = 3
 	ls := serveLimited(t, max, func() RequestLimits { return RequestLimits{MaxBytes: 1 << 20} })
 	sess := rawSession(t, ls.addr)
@@ -338,10 +421,7 @@ func TestServeStreams_CapClosesNewStreamsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = extra.Write(mustEncode(t, &netrpc.Request{ServiceMethod: "Echo.Echo", Seq: 9}))
-	_ = extra.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := io.Copy(io.Discard, extra); err != nil || n != 0 {
-		t.Fatalf("stream past the cap exp: closed unanswered (EOF) got: %d bytes, %v", n, err)
-	}
+	expRefusal(t, extra, 9, "rpc.MaxStreamsPerSession")
 	if n := ls.refusals.Load(); n != 1 {
 		t.Fatalf("streams refused exp: 1 got: %d", n)
 	}
@@ -522,5 +602,23 @@ func TestMuxClient_WaitsForAStreamPastItsBound(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiting call exp: served once a stream was released got: still waiting")
+	}
+}
+
+// expRefusal reads a refused stream's answer: an unavailable error for
+// request seq naming limit, after which the server closes the stream.
+func expRefusal(t *testing.T, s net.Conn, seq uint64, limit string) {
+	t.Helper()
+	_ = s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, _, err := readReply(s)
+	if err != nil {
+		t.Fatalf("refused stream exp: an answer naming %s got: %v", limit, err)
+	}
+	perr := structs.ParseError(netrpc.ServerError(resp.Error))
+	if resp.Seq != seq || !errors.Is(perr, structs.ErrUnavailable) || !strings.Contains(resp.Error, limit) || !streamEnded(resp.Error) {
+		t.Fatalf("refused stream exp: seq %d unavailable naming %s, stream closed got: seq %d %q", seq, limit, resp.Seq, resp.Error)
+	}
+	if n, err := io.Copy(io.Discard, s); err != nil || n != 0 {
+		t.Fatalf("refused stream after its answer exp: closed (EOF) got: %d more bytes, %v", n, err)
 	}
 }

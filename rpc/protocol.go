@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"time"
@@ -77,7 +78,41 @@ func NewYamuxServer(conn net.Conn, logger hclog.Logger) (*yamux.Session, error) 
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return yamux.Server(coalesceFrames(conn), YamuxConfig(logger))
+	g := newStreamGuard()
+	sess, err := yamux.Server(coalesceFrames(&guardedConn{Conn: closeAtOnce(conn), g: g}), YamuxConfig(logger))
+	if err != nil {
+		return nil, err
+	}
+	guards.Store(sess, g)
+	return sess, nil
+}
+
+// closeAtOnce makes closing a TLS connection close its socket first. A
+// tls.Conn's Close sends a close_notify alert, which waits (up to 5 s)
+// for a write in progress and for the peer to take the alert; a peer that
+// stops reading (a flood that never reads its answers) kept a session's
+// Close waiting that long, and meanwhile every goroutine reading one of
+// its streams spun in yamux's Stream.Read on the closed session's
+// channel (issue 38: the leader's CPU went to that, and it lost its
+// leadership). A session is closed when it has failed or must go: the
+// alert is not worth waiting for.
+func closeAtOnce(conn net.Conn) net.Conn {
+	tc, ok := conn.(*tls.Conn)
+	if !ok {
+		return conn
+	}
+	return &abruptTLSConn{Conn: tc, raw: tc.NetConn()}
+}
+
+type abruptTLSConn struct {
+	net.Conn
+	raw net.Conn
+}
+
+func (c *abruptTLSConn) Close() error {
+	err := c.raw.Close()
+	_ = c.Conn.Close() // fails at once on the closed socket
+	return err
 }
 
 // discard is a yamux logger sink for callers without an hclog logger.

@@ -96,15 +96,30 @@ func (s *Server) handleConn(conn net.Conn) {
 			return
 		}
 		defer s.untrack(conn)
-		// One request at a time on a plain connection: the server's
-		// budget and the read deadline apply (rpc_limits.go).
-		s.newRPCServer(info).ServeCodec(measureCodec(rpc.NewLimitedServerCodec(conn, s.requestLimits(nil, info.Remote))))
+		// A plain connection counts as a session of its peer; one
+		// request at a time on it, charged to the peer's budget, with
+		// the read deadline (rpc_limits.go).
+		peer, budget, ok := s.openPeer(conn, info, p)
+		if !ok {
+			return
+		}
+		if peer != nil {
+			defer peer.Close()
+		}
+		s.newRPCServer(info).ServeCodec(measureCodec(rpc.NewLimitedServerCodec(conn, s.requestLimits(budget, info.Remote))))
 	case rpc.ProtoMux:
 		if !s.track(conn) {
 			return
 		}
 		defer s.untrack(conn)
-		s.serveMux(conn, info)
+		peer, budget, ok := s.openPeer(conn, info, p)
+		if !ok {
+			return
+		}
+		if peer != nil {
+			defer peer.Close()
+		}
+		s.serveMux(conn, info, peer, budget)
 	case rpc.ProtoSnapshot:
 		s.serveSnapshot(conn, info) // snapshot.go
 	default:
@@ -161,6 +176,31 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 		s.refuse(conn, "TLS connection refused: TLS is not configured on this server")
 		return info, 0, nil, false
 	}
+	// Each address's handshakes are paced (handshake_rate.go); the wait
+	// holds this connection's opening slot.
+	ip := info.Remote
+	if host, _, err := net.SplitHostPort(ip); err == nil {
+		ip = host
+	}
+	wait, ok := s.limits.handshakes.reserve(ip, time.Now(), rpc.HandshakeTimeout)
+	if !ok {
+		s.security.OpeningRefused.Add(1)
+		metrics.IncrCounter([]string{"rpc", "opening_refused"}, 1)
+		s.logRPCRefusal(s.limits, "connection refused", info.Remote,
+			"too many TLS handshakes from this address: its turn would come after rpc.HandshakeTimeout")
+		conn.Close()
+		return info, 0, nil, false
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.shutdownCh:
+			t.Stop()
+			conn.Close()
+			return info, 0, nil, false
+		}
+	}
 	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig())
 	if err != nil {
 		s.security.TLSHandshakeFails.Add(1)
@@ -169,7 +209,11 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 		return info, 0, nil, false
 	}
 	info.TLS = true
-	info.Role = tlsutil.PeerRole(tc.ConnectionState(), s.cfg.TLS.Region())
+	cs := tc.ConnectionState()
+	info.Role = tlsutil.PeerRole(cs, s.cfg.TLS.Region())
+	if len(cs.PeerCertificates) > 0 {
+		info.PeerCert = rpc.CertFingerprint(cs.PeerCertificates[0])
+	}
 	return info, inner, tc, true
 }
 
@@ -217,8 +261,9 @@ func (s *Server) refuse(conn net.Conn, why string, kv ...any) {
 }
 
 // serveMux serves every stream of a yamux session with one rpc.Server,
-// within the RPC port's limits.
-func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
+// within the RPC port's limits; peer is the session's peer (nil: a
+// server) and parent the budget its session budget is charged to.
+func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo, peer *rpc.Peer, parent *rpc.Budget) {
 	sess, err := rpc.NewYamuxServer(conn, s.logger)
 	if err != nil {
 		s.logger.Error("yamux session failed", "error", err)
@@ -232,10 +277,12 @@ func (s *Server) serveMux(conn net.Conn, info endpoints.ConnInfo) {
 	info.Session = sess
 	rs := s.newRPCServer(info)
 	// Every stream's unfinished request is charged to the session's
-	// budget and the server's, and at most rpc.MaxStreamsPerSession
-	// streams are served at once (rpc/limits.go, rpc_limits.go).
-	limits := s.requestLimits(s.sessionBudget(), info.Remote)
-	rpc.ServeStreams(sess, rpc.MaxStreamsPerSession, func(stream net.Conn) {
+	// budget, its peer's and the server's, and at most
+	// rpc.MaxStreamsPerSession streams of the session and
+	// rpc.MaxStreamsPerPeer of its peer are served at once
+	// (rpc/limits.go, rpc/peers.go, rpc_limits.go).
+	limits := s.requestLimits(s.sessionBudget(parent), info.Remote)
+	s.serveStreams(sess, info, peer, limits, func(stream net.Conn) {
 		rs.ServeCodec(measureCodec(rpc.NewLimitedServerCodec(stream, limits)))
-	}, func(why string) { s.streamRefused(info.Remote, why) })
+	})
 }
