@@ -177,6 +177,8 @@ type identity struct {
 	// forwarded: the identity came from a forwarding server's CallOrigin,
 	// so this connection's remote address is not the caller's.
 	forwarded bool
+	// cert is the SHA-256 of the entry connection's leaf certificate.
+	cert string
 }
 
 func (id identity) serverCert() bool { return id.tls && id.role == tlsutil.RoleServer }
@@ -203,6 +205,9 @@ type caller struct {
 	tokenUnknown bool
 	// node is the node whose secret authorized the call ("" if none).
 	node string
+	// reply is the call's reply, which a parked blocking query empties
+	// while it waits (query_gate.go).
+	reply any
 }
 
 // gate is the first line of every endpoint that may forward: it authorizes
@@ -228,6 +233,7 @@ func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(
 			return nil, true, err
 		}
 	}
+	c.reply = reply
 	return c, false, nil
 }
 
@@ -276,18 +282,18 @@ func (a *authz) isLeader() bool { return a.srv.IsLeader() }
 // caller put there is not believed). A forwarded call is the connection it
 // entered on, believed only from a server's TLS connection.
 func (a *authz) identify(method string, args structs.Authenticated) (identity, error) {
-	conn := identity{tls: a.conn.TLS, role: a.conn.Role}
+	conn := identity{tls: a.conn.TLS, role: a.conn.Role, cert: a.conn.PeerCert}
 	info, ok := args.(structs.RPCInfo)
 	if !ok {
 		return conn, nil
 	}
 	origin := info.CallOrigin()
 	if !info.IsForwarded() {
-		*origin = structs.CallOrigin{TLS: conn.tls, Role: string(conn.role)}
+		*origin = structs.CallOrigin{TLS: conn.tls, Role: string(conn.role), PeerCert: conn.cert}
 		return conn, nil
 	}
 	if conn.serverCert() {
-		return identity{tls: origin.TLS, role: tlsutil.Role(origin.Role), forwarded: true}, nil
+		return identity{tls: origin.TLS, role: tlsutil.Role(origin.Role), forwarded: true, cert: origin.PeerCert}, nil
 	}
 	if conn.tls {
 		return identity{}, a.deny(method, "a forwarded request must come from a server certificate")

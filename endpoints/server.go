@@ -161,6 +161,9 @@ type ConnInfo struct {
 	// connection is only there by -tls-allow-plaintext (migration mode),
 	// and gets nothing a migration does not need.
 	ServerTLS bool
+	// PeerCert is the SHA-256 (hex) of the peer's leaf certificate (""
+	// without TLS): what per-certificate limits count by.
+	PeerCert string
 }
 
 // Receivers are the RPC receivers of one connection, by service name.

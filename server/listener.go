@@ -170,6 +170,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	}
 	info.TLS = true
 	info.Role = tlsutil.PeerRole(tc.ConnectionState(), s.cfg.TLS.Region())
+	info.PeerCert = tlsutil.PeerCertHash(tc.ConnectionState())
 	return info, inner, tc, true
 }
 
