@@ -21,12 +21,14 @@ type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
 // again before it answers: a token deleted or expired, or a node
 // deregistered, while the query waited gets no fresh data.
 //
-// A query that may wait (a MinQueryIndex) is admitted by the server's
-// query gate first, and refused at once past its limits (query_gate.go).
-// While it waits it holds no data (emptyReply), and after it wakes it
-// reads again in its turn (queryGate.rerun); when its wait runs out it
-// reads once more and answers with that.
-func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+// Every read is admitted by the server's query gate first, and refused at
+// once past its limits (query_gate.go); it holds its place until its
+// answer is written to the caller (ResponseWritten), so that a caller who
+// does not take its answers cannot pile them up on the server. While a
+// query waits it holds no data (emptyReply), and after it wakes it reads
+// again in its turn (queryGate.rerun); when its wait runs out it reads
+// once more and answers with that.
+func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) (err error) {
 	// A read that may not be stale is served by the leader (Forward saw
 	// to that), and only from a state that holds everything committed.
 	if !opts.AllowStale {
@@ -35,13 +37,19 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		}
 	}
 	gate := &srv.Security.queries
-	if opts.MinQueryIndex > 0 {
-		release, err := gate.enter(srv, c, method)
-		if err != nil {
-			return err
-		}
-		defer release()
+	release, err := gate.enter(srv, c, method)
+	if err != nil {
+		return err
 	}
+	defer func() {
+		// An error answer carries no reply (net/rpc sends an empty body):
+		// its place is free now.
+		if err != nil || c == nil || c.reply == nil {
+			release()
+			return
+		}
+		releaseOnWrite(c.reply, release)
+	}()
 	var ctx context.Context = context.Background()
 	if wait := opts.QueryWait(); wait > 0 {
 		// Jitter spreads the wake-ups of many watchers that started together.
@@ -58,9 +66,9 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		return nil
 	}
 	for {
-		idx, ws, err := runQuery(srv, gate, waited, fn)
-		if err != nil {
-			return err
+		idx, ws, qerr := runQuery(srv, gate, waited, fn)
+		if qerr != nil {
+			return qerr
 		}
 		meta.Index = idx
 		setLeaderMeta(srv, meta)
@@ -77,10 +85,10 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 			emptyReply(c.reply)
 		}
 		srv.Security.QueriesWaiting.Add(1)
-		err = ws.WatchCtx(ctx)
+		werr := ws.WatchCtx(ctx)
 		srv.Security.QueriesWaiting.Add(-1)
 		// Timed out: read once more and answer with what there is.
-		timedOut = err != nil
+		timedOut = werr != nil
 	}
 }
 

@@ -14,31 +14,38 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// Limits on blocking queries that wait for a change (parked), issue 38: a
-// read-only token parked 21,000 Volume.List queries over 30 sessions on
-// the leader (+550 MB; every volume write woke them all at once, writes
-// took 2-7 s and the leader lost leadership twice). Past a limit a
-// blocking query is refused at once with unavailable and a retry-after
-// hint (structs.RetryLater), before it reads anything: refusing costs the
-// server less than answering, and every client of this repository waits
-// the hint out before it asks again (api.Client, the client agent), so a
-// refusal never turns into a busy loop.
+// Limits on the reads in flight on one server, issue 38: a read-only token
+// parked 21,000 blocking Volume.List queries over 30 sessions on the
+// leader (+550 MB; every volume write woke them all at once, writes took
+// 2-7 s and the leader lost leadership twice). Every read served through
+// blockingQuery (every Get and List, blocking or not) is in flight from
+// when it is admitted until its answer is written: while it runs, while
+// it waits for a change (parked), and while its answer waits for the
+// connection (a caller that does not read its answers would otherwise pile
+// them up: 21,000 unparked lists of 200 volumes left 3,144 answers waiting,
+// 2 GB). Past a limit a read is refused at once with unavailable and a
+// retry-after hint (structs.RetryLater), before it reads anything:
+// refusing costs the server less than answering, and every client of this
+// repository waits the hint out before it asks again (api.Client, the
+// client agent), so a refusal never turns into a busy loop.
 //
-// A parked query costs its goroutines and stream (a few KiB, its reply is
-// emptied while it waits: emptyReply) and one re-run of its read per
-// change of what it read; re-runs take turns (rerunSlots).
+// A parked query costs its goroutines and stream (a few KiB: its reply is
+// emptied while it waits, emptyReply) and one re-run of its read per
+// change of what it read; re-runs take turns (rerun).
 const (
-	// maxParkedPerToken: one ACL token's parked queries on one server
-	// (the anonymous caller is one token). A CLI or UI user parks a few;
-	// 256 leaves room for a few dozen browser tabs of the UI sharing one
-	// token.
-	maxParkedPerToken = 256
-	// maxParkedPerNode: a client agent parks one (its allocations); a
-	// restart may overlap the old query with the new one for a moment.
+	// maxParkedPerToken: one ACL token's reads in flight on one server
+	// (the anonymous caller is one token). A CLI or UI user has a few
+	// (the UI a handful per browser tab). Every write to a table wakes
+	// every parked list of it, and each re-reads and sends the whole
+	// list: this bounds what one token makes a server do per write.
+	maxParkedPerToken = 32
+	// maxParkedPerNode: a client agent parks one read (its allocations)
+	// and makes a few others; a restart may overlap the old query with
+	// the new one for a moment.
 	maxParkedPerNode = 8
 	// maxParkedPerConn: one connection (a yamux session, or a plain RPC
 	// connection). Every agent's HTTP API shares one session per server
-	// among its users, hence as high as the per-token limit.
+	// among its users, hence four times the per-token limit.
 	maxParkedPerConn = 256
 	// maxParkedPerServer: everyone on one server. Each client agent parks
 	// one query on the server its session is on, so 8192 leaves room for
@@ -68,8 +75,8 @@ func (l queryLimits) orDefaults() queryLimits {
 	return l
 }
 
-// queryGate counts the blocking queries of one server that may park, by
-// credential, by connection and in all. The zero value is ready to use
+// queryGate counts the reads in flight on one server, by credential, by
+// connection and in all. The zero value is ready to use
 // with the default limits.
 type queryGate struct {
 	limits queryLimits
@@ -78,13 +85,14 @@ type queryGate struct {
 	byCred  map[string]int
 	byConn  map[*authz]int
 	total   int
+	refused map[string]*refusals
 	lastLog atomic.Int64
 
 	slotsOnce sync.Once
 	slots     chan struct{}
 }
 
-// parkKey is who a parked query is charged to: the node whose secret the
+// parkKey is who a read is charged to: the node whose secret the
 // caller showed, else its token (the secret, used only as a map key here:
 // never logged). A server calling with the server token is charged to the
 // server's total only.
@@ -99,8 +107,11 @@ func parkKey(c *caller) (key string, node bool) {
 	}
 }
 
-// enter admits a blocking query that may park, or refuses it with a
-// retry-after hint. release must be called once the query has answered.
+// inFlight says what a read in flight is, for a refusal.
+const inFlight = "; a read is in flight while it runs, waits for a change, or its answer waits to be written"
+
+// enter admits a read, or refuses it with a retry-after hint. release
+// must be called once its answer is written (releaseOnWrite).
 func (g *queryGate) enter(srv *Deps, c *caller, method string) (release func(), err error) {
 	lim := g.limits.orDefaults()
 	key, node := parkKey(c)
@@ -112,20 +123,26 @@ func (g *queryGate) enter(srv *Deps, c *caller, method string) (release func(), 
 		conn = c.a
 	}
 	g.mu.Lock()
-	var why string
+	var why, bound string
+	limit := 0
 	switch {
 	case key != "" && node && g.byCred[key] >= lim.perNode:
-		why = fmt.Sprintf("%d blocking queries of node %q wait on this server already (at most %d per node)", g.byCred[key], c.node, lim.perNode)
+		why = fmt.Sprintf("%d reads of node %q are in flight on this server (at most %d per node)%s", g.byCred[key], c.node, lim.perNode, inFlight)
+		bound, limit = key, lim.perNode
 	case key != "" && !node && g.byCred[key] >= lim.perToken:
-		why = fmt.Sprintf("%d blocking queries with this token wait on this server already (at most %d per token)", g.byCred[key], lim.perToken)
+		why = fmt.Sprintf("%d reads with this token are in flight on this server (at most %d per token)%s", g.byCred[key], lim.perToken, inFlight)
+		bound, limit = key, lim.perToken
 	case conn != nil && g.byConn[conn] >= lim.perConn:
-		why = fmt.Sprintf("%d blocking queries of this connection wait on this server already (at most %d per connection)", g.byConn[conn], lim.perConn)
+		why = fmt.Sprintf("%d reads of this connection are in flight on this server (at most %d per connection)%s", g.byConn[conn], lim.perConn, inFlight)
+		bound, limit = fmt.Sprintf("conn\x00%p", conn), lim.perConn
 	case g.total >= lim.perServer:
-		why = fmt.Sprintf("%d blocking queries wait on this server already (at most %d)", g.total, lim.perServer)
+		why = fmt.Sprintf("%d reads are in flight on this server (at most %d on this server)%s", g.total, lim.perServer, inFlight)
+		bound, limit = "server", lim.perServer
 	}
 	if why != "" {
+		after := g.backOff(bound, limit)
 		g.mu.Unlock()
-		return nil, g.refuse(srv, c, method, why)
+		return nil, g.refuse(srv, c, method, why, after)
 	}
 	if g.byCred == nil {
 		g.byCred, g.byConn = map[string]int{}, map[*authz]int{}
@@ -158,11 +175,10 @@ func (g *queryGate) enter(srv *Deps, c *caller, method string) (release func(), 
 	}, nil
 }
 
-// refuse counts and logs (at most one line a second) a refused query and
-// returns the caller's answer: unavailable, saying why and when to retry.
-// The wait is one to three seconds, spread so that refused callers do not
-// come back together.
-func (g *queryGate) refuse(srv *Deps, c *caller, method, why string) error {
+// refuse counts and logs (at most one line a second) a refused read and
+// returns the caller's answer: unavailable, saying why and when to retry
+// (backOff).
+func (g *queryGate) refuse(srv *Deps, c *caller, method, why string, after time.Duration) error {
 	if srv != nil && srv.Security != nil {
 		srv.Security.QueriesRefused.Add(1)
 	}
@@ -173,11 +189,59 @@ func (g *queryGate) refuse(srv *Deps, c *caller, method, why string) error {
 		if c != nil && c.a != nil {
 			remote = c.a.conn.Remote
 		}
-		srv.Logger.Warn("blocking query refused: "+why+" (further refusals within a second are counted, not logged)",
+		srv.Logger.Warn("read refused: "+why+" (further refusals within a second are counted, not logged)",
 			"method", method, "remote", remote, "refused_total", srv.Security.QueriesRefused.Load())
 	}
-	after := time.Second + time.Duration(rand.Int64N(int64(2*time.Second)))
 	return structs.RetryLater(method+": "+why, after)
+}
+
+// maxRetryHint bounds the wait a refusal asks for.
+const maxRetryHint = 30 * time.Second
+
+// refusals counts one bound's refusals in the current second and the one
+// before.
+type refusals struct {
+	second    time.Time
+	now, prev int
+}
+
+// backOff counts a refusal at bound (whose limit is limit) and says how
+// long the caller should wait: one to three seconds, times how many times
+// over its bound the refused party asked in the last second, at most
+// maxRetryHint. A client that parks a query or two and hits the bound by
+// chance comes back in a second or two; 21,000 queries of one token come
+// back about once every 25 seconds each (some 800 a second in all) rather
+// than 10,000 times a second, which the refusals alone would cost the
+// server two cores for. g.mu is held.
+func (g *queryGate) backOff(bound string, limit int) time.Duration {
+	now := time.Now().Truncate(time.Second)
+	if g.refused == nil {
+		g.refused = map[string]*refusals{}
+	}
+	r := g.refused[bound]
+	if r == nil {
+		if len(g.refused) >= 4096 {
+			// Forget the quiet ones (a connection's key lives on after
+			// it closes).
+			for k, o := range g.refused {
+				if now.Sub(o.second) > 2*time.Second {
+					delete(g.refused, k)
+				}
+			}
+		}
+		r = &refusals{second: now}
+		g.refused[bound] = r
+	}
+	switch {
+	case now.Sub(r.second) == time.Second:
+		r.prev, r.now, r.second = r.now, 0, now
+	case now.Sub(r.second) > time.Second:
+		r.prev, r.now, r.second = 0, 0, now
+	}
+	r.now++
+	over := float64(max(r.now, r.prev)) / float64(max(limit, 1))
+	after := time.Duration(float64(time.Second+time.Duration(rand.Int64N(int64(2*time.Second)))) * max(1, over))
+	return min(after, maxRetryHint)
 }
 
 // rerun takes a turn to run a parked query's read again after it woke
@@ -212,5 +276,47 @@ func emptyReply(reply any) {
 			continue
 		}
 		f.SetZero()
+	}
+}
+
+// unwritten holds the gate places of answered reads until their answers
+// are written, by reply (a pointer net/rpc made for the one call).
+var unwritten sync.Map
+
+// writeTimeout frees a read's place if its answer was never reported
+// written (a path that serves calls without the server's codec): a
+// safety net, long enough that a caller who stops taking its answers is
+// held at its bounds meanwhile.
+const writeTimeout = 5 * time.Minute
+
+// releaseOnWrite keeps a read's place in the gate until ResponseWritten
+// reports its reply written (or writeTimeout passes). Between the handler's
+// return and the write, net/rpc holds the reply while the connection's
+// earlier answers go out: a caller that reads its answers slowly, or not
+// at all, would otherwise pile up whole lists on the server (issue 38: a
+// read-only token's 21,000 Volume.List calls left 3,144 answers of 100 KB
+// each waiting to be written, 2 GB within seconds).
+func releaseOnWrite(reply any, release func()) {
+	var once sync.Once
+	done := func() { once.Do(release) }
+	timer := time.AfterFunc(writeTimeout, func() {
+		unwritten.Delete(reply)
+		done()
+	})
+	unwritten.Store(reply, func() {
+		timer.Stop()
+		done()
+	})
+}
+
+// ResponseWritten is the server's codec reporting a call's answer written
+// (or failed to write): a read's place in the query gate is free again.
+// body is what net/rpc handed the codec: the call's reply.
+func ResponseWritten(body any) {
+	if body == nil {
+		return
+	}
+	if f, ok := unwritten.LoadAndDelete(body); ok {
+		f.(func())()
 	}
 }

@@ -118,14 +118,14 @@ func TestQueryGate_BoundsPerTokenConnNodeAndServer(t *testing.T) {
 		all = append(all, w.parkVolumeList(c2, toks[2]))
 	}
 	w.waitParked(8)
-	w.refusedNow(c3, toks[3], "wait on this server already (at most 8)")
+	w.refusedNow(c3, toks[3], "at most 8 on this server")
 	if got := w.deps.Security.QueriesRefused.Load(); got != 3 {
 		t.Errorf("QueriesRefused exp: 3 got: %d", got)
 	}
-	// A non-blocking read is never refused.
-	var now structs.VolumeListResponse
-	if err := c3.List(&structs.VolumeListRequest{QueryOptions: structs.QueryOptions{AuthToken: toks[3], AllowStale: true}}, &now); err != nil || len(now.Volumes) != 1 {
-		t.Fatalf("non-blocking read past the bounds exp: answered got: %d volumes %v", len(now.Volumes), err)
+	// A read that would not wait counts too.
+	err := c3.List(&structs.VolumeListRequest{QueryOptions: structs.QueryOptions{AuthToken: toks[3], AllowStale: true}}, &structs.VolumeListResponse{})
+	if _, ok := structs.RetryAfter(err); !ok {
+		t.Fatalf("non-blocking read past the server's bound exp: refused got: %v", err)
 	}
 	// The next change answers every parked query; then there is room again.
 	w.state.Must(t, structs.VolumeRegisterRequestType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{ID: "v2", ExternalID: "e2",
@@ -136,6 +136,11 @@ func TestQueryGate_BoundsPerTokenConnNodeAndServer(t *testing.T) {
 			if err != nil || len(p.reply.Volumes) != 2 {
 				t.Fatalf("parked query %d after a change exp: 2 volumes got: %d %v", i, len(p.reply.Volumes), err)
 			}
+			if i == 0 {
+				// Answered but not yet written: still in flight.
+				w.refusedNow(c3, toks[3], "at most 8 on this server")
+			}
+			ResponseWritten(p.reply) // what the server's codec does
 		case <-time.After(10 * time.Second):
 			t.Fatalf("parked query %d exp: answered after a change got: still waiting", i)
 		}
@@ -143,6 +148,12 @@ func TestQueryGate_BoundsPerTokenConnNodeAndServer(t *testing.T) {
 	w.waitParked(0)
 	again := w.parkVolumeList(c1, toks[0])
 	w.waitParked(1)
+	// A read answered and written leaves its place.
+	var now structs.VolumeListResponse
+	if err := c3.List(&structs.VolumeListRequest{QueryOptions: structs.QueryOptions{AuthToken: toks[3], AllowStale: true}}, &now); err != nil || len(now.Volumes) != 2 {
+		t.Fatalf("non-blocking read exp: answered got: %d volumes %v", len(now.Volumes), err)
+	}
+	ResponseWritten(&now)
 
 	// A node's secret: bounded per node.
 	alloc := w.receivers(w.conn(tlsutil.RoleClient))["Alloc"].(*Alloc)
@@ -173,6 +184,29 @@ func TestQueryGate_BoundsPerTokenConnNodeAndServer(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+	ResponseWritten(again.reply)
+	if n := w.deps.Security.queries.total; n != 2 {
+		// The two Alloc.List answers were never reported written.
+		t.Fatalf("reads in flight exp: 2 (answers not written) got: %d", n)
+	}
+}
+
+// A read's place is freed when its answer is written, and once only.
+func TestResponseWritten_FreesThePlaceOnce(t *testing.T) {
+	var n atomic.Int64
+	reply := &structs.VolumeListResponse{}
+	releaseOnWrite(reply, func() { n.Add(1) })
+	ResponseWritten(&structs.VolumeListResponse{}) // another call's reply
+	if n.Load() != 0 {
+		t.Fatal("another reply written exp: place kept got: freed")
+	}
+	ResponseWritten(reply)
+	ResponseWritten(reply)
+	ResponseWritten(nil)
+	ResponseWritten(struct{}{}) // net/rpc's body for an error answer
+	if n.Load() != 1 {
+		t.Fatalf("place freed exp: once got: %d", n.Load())
 	}
 }
 
@@ -270,4 +304,25 @@ func TestEmptyReply(t *testing.T) {
 	emptyReply(nil) // no panic
 	var notStruct int
 	emptyReply(&notStruct)
+}
+
+// The more a party is over its bound, the longer it is told to wait: a
+// refusal or two asks for one to three seconds, a flood for maxRetryHint.
+func TestQueryGate_BackOffGrowsWithTheFlood(t *testing.T) {
+	var g queryGate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d := g.backOff("token\x00a", 32); d < time.Second || d > 3*time.Second {
+		t.Fatalf("first refusal's hint exp: 1-3 s got: %v", d)
+	}
+	var last time.Duration
+	for range 32 * 40 {
+		last = g.backOff("token\x00a", 32)
+	}
+	if last != maxRetryHint {
+		t.Fatalf("hint after 40 times the bound in a second exp: %v got: %v", maxRetryHint, last)
+	}
+	if d := g.backOff("token\x00b", 32); d > 3*time.Second {
+		t.Fatalf("another token's first refusal exp: 1-3 s got: %v", d)
+	}
 }
