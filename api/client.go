@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -204,24 +203,10 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 	}
 }
 
-// waitRetryAfter reports whether to ask again after err, having waited:
-// a server with no room for a call now (a blocking query past its limits,
-// a new node past its certificate's rate) refuses it before doing anything
-// and says when to come back (structs.RetryLater). The wait is that hint,
-// spread by up to a quarter more, and never none: asking again at once is
-// the busy loop the hint is there to prevent. False at once when err has
-// no hint or the context ends before the wait would.
-func waitRetryAfter(ctx context.Context, err error) bool {
-	after, ok := structs.RetryAfter(err)
-	if !ok {
-		return false
-	}
-	after += time.Duration(rand.Int64N(int64(after)/4 + 1))
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < after {
-		return false
-	}
-	return backoff.Sleep(ctx, after) == nil
-}
+// waitRetryAfter is structs.WaitRetryAfter: a server with no room for a
+// call now (a read past its limits, a new node past its certificate's
+// rate) refused it before doing anything and said when to come back.
+var waitRetryAfter = structs.WaitRetryAfter
 
 // retry runs try until it succeeds or again says its error is final,
 // pacing the tries 50 ms apart doubling to 1 s, for at most

@@ -35,17 +35,18 @@ import (
 const (
 	// maxParkedPerToken: one ACL token's reads in flight on one server
 	// (the anonymous caller is one token). A CLI or UI user has a few
-	// (the UI a handful per browser tab). Every write to a table wakes
-	// every parked list of it, and each re-reads and sends the whole
-	// list: this bounds what one token makes a server do per write.
-	maxParkedPerToken = 32
+	// (the UI a handful per browser tab); api.Client waits out a refusal.
+	// Every write to a table wakes every parked list of it, and each
+	// re-reads and sends the whole list: this bounds what one token makes
+	// a server do per write (16 lists of 200 volumes: 800 KB to encode).
+	maxParkedPerToken = 16
 	// maxParkedPerNode: a client agent parks one read (its allocations)
-	// and makes a few others; a restart may overlap the old query with
-	// the new one for a moment.
-	maxParkedPerNode = 8
+	// and reads each of its allocations that is stopping (Alloc.Get, all
+	// at once when the node is drained); a node's answers are small.
+	maxParkedPerNode = 64
 	// maxParkedPerConn: one connection (a yamux session, or a plain RPC
 	// connection). Every agent's HTTP API shares one session per server
-	// among its users, hence four times the per-token limit.
+	// among its users, hence many times the per-token limit.
 	maxParkedPerConn = 256
 	// maxParkedPerServer: everyone on one server. Each client agent parks
 	// one query on the server its session is on, so 8192 leaves room for

@@ -149,8 +149,8 @@ func TestFlood_BlockingQueriesAndRegistrations(t *testing.T) {
 			t.Errorf("answers exp: data or unavailable got: %d others, first %q", c.Other, c.FirstOther)
 		}
 		// The one token's bound, plus the operator's own reads.
-		if maxWaiting > 32+4 {
-			t.Errorf("queries parked on the leader at once exp: <= 32 (the per-token bound) got: %d", maxWaiting)
+		if maxWaiting > 16+4 {
+			t.Errorf("queries parked on the leader at once exp: <= 16 (the per-token bound) got: %d", maxWaiting)
 		}
 		if c.Answered == 0 {
 			t.Errorf("answered blocking queries exp: some (those within the bound) got: 0")

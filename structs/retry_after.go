@@ -1,8 +1,10 @@
 package structs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 )
@@ -47,4 +49,29 @@ func RetryAfter(err error) (time.Duration, bool) {
 		return 0, false
 	}
 	return min(d, maxRetryAfter), true
+}
+
+// WaitRetryAfter reports whether to ask again after err, having waited:
+// err is a refusal made before any work with a hint of when to come back
+// (RetryLater). The wait is the hint, spread by up to a quarter more, and
+// never none: asking again at once is the busy loop the hint is there to
+// prevent. False at once when err has no hint or ctx ends before the wait
+// would.
+func WaitRetryAfter(ctx context.Context, err error) bool {
+	after, ok := RetryAfter(err)
+	if !ok {
+		return false
+	}
+	after += time.Duration(rand.Int64N(int64(after)/4 + 1))
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < after {
+		return false
+	}
+	t := time.NewTimer(after)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
