@@ -205,8 +205,9 @@ type caller struct {
 	tokenUnknown bool
 	// node is the node whose secret authorized the call ("" if none).
 	node string
-	// reply is the call's reply, which a parked blocking query empties
-	// while it waits (query_gate.go).
+	// reply is the call's reply: a parked blocking query empties it while
+	// it waits, and a read's place in the query gate is freed when it is
+	// written (query_gate.go).
 	reply any
 }
 
@@ -223,7 +224,20 @@ func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(
 	if c, err = a.authorize(method, args, extra, entry); err != nil {
 		return nil, true, err
 	}
-	if done, err = a.srv.Forward(method, args, args, reply); done {
+	// A read holds a place in this server's query gate while it is in
+	// flight here, forwarded ones included: their answers wait here for
+	// the caller as any other's do (query_gate.go).
+	release, err := a.enterRead(c, method, args)
+	if err != nil {
+		return nil, true, err
+	}
+	done, err = a.srv.Forward(method, args, args, reply)
+	if done && err == nil && release != nil {
+		releaseOnWrite(reply, release)
+	} else if release != nil {
+		release() // served here: blockingQuery takes its own place
+	}
+	if done {
 		return c, true, err
 	}
 	if c.mayDefer {
@@ -235,6 +249,15 @@ func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(
 	}
 	c.reply = reply
 	return c, false, nil
+}
+
+// enterRead admits a read about to be forwarded into this server's query
+// gate (nil release for a write).
+func (a *authz) enterRead(c *caller, method string, args structs.RPCInfo) (func(), error) {
+	if !args.IsRead() || a.srv.Security == nil {
+		return nil, nil
+	}
+	return a.srv.Security.queries.enter(a.srv, c, method)
 }
 
 // authorize is checkCall plus the method's own part.

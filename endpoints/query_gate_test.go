@@ -326,3 +326,32 @@ func TestQueryGate_BackOffGrowsWithTheFlood(t *testing.T) {
 		t.Fatalf("another token's first refusal exp: 1-3 s got: %v", d)
 	}
 }
+
+// A read forwarded from a follower holds a place on the follower until
+// its answer is written there: a caller that does not take its answers
+// cannot pile them up on the server it entered on either.
+func TestQueryGate_ForwardedReadsCountWhereTheyEntered(t *testing.T) {
+	w := newWorld(t, false)
+	w.deps.Security.queries.limits = queryLimits{perToken: 2}
+	tok := w.readTokens(1)[0]
+	vol := w.receivers(w.conn(tlsutil.RoleCLI))["Volume"].(*Volume)
+	list := func(reply *structs.VolumeListResponse) error {
+		return vol.List(&structs.VolumeListRequest{QueryOptions: structs.QueryOptions{AuthToken: tok}}, reply)
+	}
+	var r1, r2 structs.VolumeListResponse
+	for _, r := range []*structs.VolumeListResponse{&r1, &r2} {
+		if err := list(r); err != nil {
+			t.Fatalf("forwarded read exp: forwarded got: %v", err)
+		}
+	}
+	if got := len(w.fwd.sent()); got != 2 {
+		t.Fatalf("reads forwarded exp: 2 got: %d", got)
+	}
+	if err := list(&structs.VolumeListResponse{}); !contains(fmt.Sprint(err), "per token") {
+		t.Fatalf("third forwarded read with two answers unwritten exp: refused got: %v", err)
+	}
+	ResponseWritten(&r1)
+	if err := list(&structs.VolumeListResponse{}); err != nil {
+		t.Fatalf("read after an answer was written exp: forwarded got: %v", err)
+	}
+}
