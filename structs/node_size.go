@@ -1,6 +1,9 @@
 package structs
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // What a node may register, tighter than Validate's limits (which the
 // state machine applies to every entry, old ones included, and which
@@ -76,4 +79,23 @@ func (n *Node) ValidateSize() error {
 			total, MaxNodeFingerprintBytes))
 	}
 	return nil
+}
+
+// MaxHealthDescription is what an agent reports of a plugin's health
+// description: a probe's error text can be long (a gRPC status with its
+// details), and the fingerprint must stay within MaxFingerprintText with
+// the provider, version and node ID beside it.
+const MaxHealthDescription = 512
+
+// ClipText cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
+func ClipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := max(n-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

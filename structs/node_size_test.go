@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // A node as large as the limits allow passes; one step past any limit is
@@ -74,5 +75,15 @@ func TestRetryAfter(t *testing.T) {
 	}
 	if d, _ := RetryAfter(RetryLater("x", time.Hour)); d != time.Minute {
 		t.Fatalf("retry after an hour exp: capped at a minute got: %v", d)
+	}
+}
+
+func TestClipText(t *testing.T) {
+	if got := ClipText("short", 10); got != "short" {
+		t.Fatalf("short text exp: unchanged got: %q", got)
+	}
+	got := ClipText(strings.Repeat("é", 400), 512)
+	if len(got) > 512 || !strings.HasSuffix(got, "...") || !utf8.ValidString(got) {
+		t.Fatalf("clipped text exp: <= 512 valid bytes ending ... got: %d bytes %q", len(got), got[len(got)-8:])
 	}
 }
