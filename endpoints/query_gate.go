@@ -38,8 +38,8 @@ const (
 	// (the UI a handful per browser tab); api.Client waits out a refusal.
 	// Every write to a table wakes every parked list of it, and each
 	// re-reads and sends the whole list: this bounds what one token makes
-	// a server do per write (16 lists of 200 volumes: 800 KB to encode).
-	maxParkedPerToken = 16
+	// a server do per write (32 lists of 200 volumes: 1.6 MB to encode).
+	maxParkedPerToken = 32
 	// maxParkedPerNode: a client agent parks one read (its allocations)
 	// and reads each of its allocations that is stopping (Alloc.Get, all
 	// at once when the node is drained); a node's answers are small.
@@ -100,6 +100,12 @@ type queryGate struct {
 func parkKey(c *caller) (key string, node bool) {
 	switch {
 	case c == nil || c.server:
+		return "", false
+	case c.node == "" && (c.srv == nil || !c.srv.ACLEnabled()):
+		// Without ACLs a token names no one: every caller would share
+		// the anonymous count, and a cluster's whole read traffic would
+		// be held to one token's share. The connection and the server
+		// limits still apply.
 		return "", false
 	case c.node != "":
 		return "node\x00" + c.node, true
