@@ -191,12 +191,22 @@ func (c *Client) Call(ctx context.Context, method string, args, reply any) error
 	// connection broke after it was sent) is retried the same way when
 	// sending it twice is the same as once (structs.ResendSafe, decision
 	// 35); any other returns its error.
-	return c.retry(ctx, func() error {
-		return c.callOnce(ctx, method, args, reply)
-	}, func(err error) bool {
-		return retryCall(method, args, err)
-	})
+	for {
+		err := c.retry(ctx, func() error {
+			return c.callOnce(ctx, method, args, reply)
+		}, func(err error) bool {
+			return retryCall(method, args, err)
+		})
+		if !waitRetryAfter(ctx, err) {
+			return err
+		}
+	}
 }
+
+// waitRetryAfter is structs.WaitRetryAfter: a server with no room for a
+// call now (a read past its limits, a new node past its certificate's
+// rate) refused it before doing anything and said when to come back.
+var waitRetryAfter = structs.WaitRetryAfter
 
 // retry runs try until it succeeds or again says its error is final,
 // pacing the tries 50 ms apart doubling to 1 s, for at most

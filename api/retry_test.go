@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -28,5 +30,27 @@ func TestRetryCall_NoLeaderAlwaysUnknownOutcomeOnlyForIdempotentWrites(t *testin
 		if got := retryCall(c.method, c.args, c.err); got != c.want {
 			t.Errorf("retryCall(%s, %v) exp: %v got: %v", c.method, c.err, c.want, got)
 		}
+	}
+}
+
+// A refusal with a retry-after hint is waited out (at least the hint),
+// unless the context would end first; any other error is not retried here.
+func TestWaitRetryAfter(t *testing.T) {
+	hint := structs.RetryLater("Volume.List: too many waiting", 100*time.Millisecond)
+	began := time.Now()
+	if !waitRetryAfter(context.Background(), hint) {
+		t.Fatal("refusal with a hint exp: ask again got: give up")
+	}
+	if took := time.Since(began); took < 100*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("wait before asking again exp: 100-125 ms got: %v", took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	began = time.Now()
+	if waitRetryAfter(ctx, hint) || time.Since(began) > 40*time.Millisecond {
+		t.Fatalf("hint past the context's end exp: give up at once got: waited %v", time.Since(began))
+	}
+	if waitRetryAfter(context.Background(), structs.NewError(structs.CodeUnavailable, "budget")) {
+		t.Fatal("unavailable without a hint exp: not retried here got: retried")
 	}
 }

@@ -241,6 +241,11 @@ func (a *Agent) heartbeatLoop() {
 			a.heartbeatOK.Store(false)
 			registered = false
 			wait = 500 * time.Millisecond
+			if after, ok := structs.RetryAfter(err); ok {
+				// The servers have no room for a new node now (its
+				// certificate's rate): come back when they say.
+				wait = after
+			}
 			// A server that cannot reach a leader cannot keep this node
 			// alive: move to the next server before the TTL runs out.
 			if errors.Is(err, structs.ErrNoLeader) || errors.Is(err, structs.ErrTimeout) {

@@ -58,7 +58,13 @@ func (r *allocRunner) run() {
 		}
 		if err != nil {
 			logRetry(r.a.logger, err, "watching allocations failed; retrying", "error", err)
-			if backoff.Sleep(r.a.ctx, pace.Next()) != nil {
+			wait := pace.Next()
+			if after, ok := structs.RetryAfter(err); ok {
+				// The server has no room for another waiting query now:
+				// come back when it says (its hint is spread already).
+				wait = max(wait, after)
+			}
+			if backoff.Sleep(r.a.ctx, wait) != nil {
 				return
 			}
 			continue

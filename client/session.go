@@ -140,7 +140,8 @@ func (s *serverConn) close() {
 }
 
 // call makes one RPC. A transport failure drops the session; a call that
-// was not sent is retried once on the next server.
+// was not sent is retried once on the next server; a refusal with a
+// retry-after hint is retried when it says.
 func (s *serverConn) call(ctx context.Context, method string, args, reply any) error {
 	// Every call authenticates as this node with its secret, except a
 	// registration, which may need an ACL token for a node the servers do
@@ -152,6 +153,19 @@ func (s *serverConn) call(ctx context.Context, method string, args, reply any) e
 			a.SetToken(s.a.cfg.RegisterToken)
 		}
 	}
+	for {
+		err := s.callOnce(ctx, method, args, reply)
+		// A server with no room for the call now (a read past its
+		// limits, a new node past its certificate's rate) refused it
+		// before doing anything and said when to come back: wait that
+		// out while ctx allows, never ask again at once.
+		if !structs.WaitRetryAfter(ctx, err) {
+			return err
+		}
+	}
+}
+
+func (s *serverConn) callOnce(ctx context.Context, method string, args, reply any) error {
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var conn *rpc.MuxClient

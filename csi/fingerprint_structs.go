@@ -76,7 +76,9 @@ func (f PluginFingerprint) ControllerInfo() *structs.CSIInfo {
 // need no ControllerPublish.
 func (f PluginFingerprint) baseInfo() *structs.CSIInfo {
 	return &structs.CSIInfo{
-		PluginID: f.ID, Healthy: f.Healthy, HealthDescription: f.HealthDescription,
+		// A probe's error can be long; the servers refuse a fingerprint
+		// over structs.MaxFingerprintText.
+		PluginID: f.ID, Healthy: f.Healthy, HealthDescription: structs.ClipText(f.HealthDescription, structs.MaxHealthDescription),
 		Provider: f.Name, ProviderVersion: f.Version,
 		RequiresControllerPlugin: f.RequiresControllerPublish,
 	}

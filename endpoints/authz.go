@@ -184,6 +184,8 @@ type identity struct {
 	// forwarded: the identity came from a forwarding server's CallOrigin,
 	// so this connection's remote address is not the caller's.
 	forwarded bool
+	// cert is the SHA-256 of the entry connection's leaf certificate.
+	cert string
 }
 
 func (id identity) serverCert() bool { return id.tls && id.role == tlsutil.RoleServer }
@@ -210,6 +212,10 @@ type caller struct {
 	tokenUnknown bool
 	// node is the node whose secret authorized the call ("" if none).
 	node string
+	// reply is the call's reply: a parked blocking query empties it while
+	// it waits, and a read's place in the query gate is freed when it is
+	// written (query_gate.go).
+	reply any
 }
 
 // gate is the first line of every endpoint that may forward: it authorizes
@@ -225,7 +231,20 @@ func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(
 	if c, err = a.authorize(method, args, extra, entry); err != nil {
 		return nil, true, err
 	}
-	if done, err = a.srv.Forward(method, args, args, reply); done {
+	// A read holds a place in this server's query gate while it is in
+	// flight here, forwarded ones included: their answers wait here for
+	// the caller as any other's do (query_gate.go).
+	release, err := a.enterRead(c, method, args)
+	if err != nil {
+		return nil, true, err
+	}
+	done, err = a.srv.Forward(method, args, args, reply)
+	if done && err == nil && release != nil {
+		releaseOnWrite(reply, release)
+	} else if release != nil {
+		release() // served here: blockingQuery takes its own place
+	}
+	if done {
 		return c, true, err
 	}
 	if c.mayDefer {
@@ -235,7 +254,17 @@ func (a *authz) gate(method string, args structs.RPCInfo, reply any, extra func(
 			return nil, true, err
 		}
 	}
+	c.reply = reply
 	return c, false, nil
+}
+
+// enterRead admits a read about to be forwarded into this server's query
+// gate (nil release for a write).
+func (a *authz) enterRead(c *caller, method string, args structs.RPCInfo) (func(), error) {
+	if !args.IsRead() || a.srv.Security == nil {
+		return nil, nil
+	}
+	return a.srv.Security.queries.enter(a.srv, c, method)
 }
 
 // authorize is checkCall plus the method's own part.
@@ -283,18 +312,18 @@ func (a *authz) isLeader() bool { return a.srv.IsLeader() }
 // caller put there is not believed). A forwarded call is the connection it
 // entered on, believed only from a server's TLS connection.
 func (a *authz) identify(method string, args structs.Authenticated) (identity, error) {
-	conn := identity{tls: a.conn.TLS, role: a.conn.Role}
+	conn := identity{tls: a.conn.TLS, role: a.conn.Role, cert: a.conn.PeerCert}
 	info, ok := args.(structs.RPCInfo)
 	if !ok {
 		return conn, nil
 	}
 	origin := info.CallOrigin()
 	if !info.IsForwarded() {
-		*origin = structs.CallOrigin{TLS: conn.tls, Role: string(conn.role)}
+		*origin = structs.CallOrigin{TLS: conn.tls, Role: string(conn.role), PeerCert: conn.cert}
 		return conn, nil
 	}
 	if conn.serverCert() {
-		return identity{tls: origin.TLS, role: tlsutil.Role(origin.Role), forwarded: true}, nil
+		return identity{tls: origin.TLS, role: tlsutil.Role(origin.Role), forwarded: true, cert: origin.PeerCert}, nil
 	}
 	if conn.tls {
 		return identity{}, a.deny(method, "a forwarded request must come from a server certificate")

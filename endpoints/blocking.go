@@ -20,7 +20,15 @@ type queryFn func(ws memdb.WatchSet, state *fsm.StateStore) (uint64, error)
 // MinQueryIndex it runs fn once. A query that waited checks its caller
 // again before it answers: a token deleted or expired, or a node
 // deregistered, while the query waited gets no fresh data.
-func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+//
+// Every read is admitted by the server's query gate first, and refused at
+// once past its limits (query_gate.go); it holds its place until its
+// answer is written to the caller (ResponseWritten), so that a caller who
+// does not take its answers cannot pile them up on the server. While a
+// query waits it holds no data (emptyReply), and after it wakes it reads
+// again in its turn (queryGate.rerun); when its wait runs out it reads
+// once more and answers with that.
+func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) (err error) {
 	// A read that may not be stale is served by the leader (Forward saw
 	// to that), and only from a state that holds everything committed.
 	if !opts.AllowStale {
@@ -28,6 +36,20 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 			return err
 		}
 	}
+	gate := &srv.Security.queries
+	release, err := gate.enter(srv, c, method)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// An error answer carries no reply (net/rpc sends an empty body):
+		// its place is free now.
+		if err != nil || c == nil || c.reply == nil {
+			release()
+			return
+		}
+		releaseOnWrite(c.reply, release)
+	}()
 	var ctx context.Context = context.Background()
 	if wait := opts.QueryWait(); wait > 0 {
 		// Jitter spreads the wake-ups of many watchers that started together.
@@ -36,7 +58,7 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
-	waited := false
+	waited, timedOut := false, false
 	answer := func() error {
 		if waited {
 			return c.stillAllowed(method)
@@ -44,22 +66,13 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		return nil
 	}
 	for {
-		// One moment for the rows and the index (see StateStore.Snapshot).
-		state := srv.State().Snapshot()
-		ws := memdb.NewWatchSet()
-		ws.Add(state.AbandonCh())
-		idx, err := fn(ws, state)
-		if err != nil {
-			return err
-		}
-		// Index 0 would make a caller's next blocking query return at
-		// once forever; 1 is "nothing written yet".
-		if idx < 1 {
-			idx = 1
+		idx, ws, qerr := runQuery(srv, gate, waited, fn)
+		if qerr != nil {
+			return qerr
 		}
 		meta.Index = idx
 		setLeaderMeta(srv, meta)
-		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex {
+		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex || timedOut {
 			return answer()
 		}
 		select {
@@ -68,14 +81,31 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		default:
 		}
 		waited = true
-		srv.Security.QueriesWaiting.Add(1)
-		err = ws.WatchCtx(ctx)
-		srv.Security.QueriesWaiting.Add(-1)
-		if err != nil {
-			// Timed out: answer with what we have.
-			return answer()
+		if c != nil {
+			emptyReply(c.reply)
 		}
+		srv.Security.QueriesWaiting.Add(1)
+		werr := ws.WatchCtx(ctx)
+		srv.Security.QueriesWaiting.Add(-1)
+		// Timed out: read once more and answer with what there is.
+		timedOut = werr != nil
 	}
+}
+
+// runQuery reads once from a snapshot of the state; a read after a wait
+// takes its turn (queryGate.rerun). Index 0 becomes 1: 0 would make a
+// caller's next blocking query return at once forever; 1 is "nothing
+// written yet".
+func runQuery(srv *Deps, gate *queryGate, again bool, fn queryFn) (uint64, memdb.WatchSet, error) {
+	if again {
+		defer gate.rerun()()
+	}
+	// One moment for the rows and the index (see StateStore.Snapshot).
+	state := srv.State().Snapshot()
+	ws := memdb.NewWatchSet()
+	ws.Add(state.AbandonCh())
+	idx, err := fn(ws, state)
+	return max(idx, 1), ws, err
 }
 
 func setLeaderMeta(srv *Deps, meta *structs.QueryMeta) {

@@ -57,6 +57,9 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
+	if err := n.limitNewNode(c, args); err != nil { // register_limits.go
+		return err
+	}
 	// What the entry server saw of the agent's certificate; kept on the
 	// request for the log as before (decided in allowRegister).
 	args.ClientCertified = clientCertified(c.id)

@@ -162,8 +162,9 @@ type ConnInfo struct {
 	// and gets nothing a migration does not need.
 	ServerTLS bool
 	// PeerCert is the hex SHA-256 of the peer's TLS leaf certificate (""
-	// without TLS): with Remote's IP it names the peer for the RPC
-	// port's per-peer limits (rpc/peers.go).
+	// without TLS): with Remote's IP it names the peer for the RPC port's
+	// per-peer limits (rpc/peers.go), and alone the certificate that
+	// per-certificate limits count by (register_limits.go).
 	PeerCert string
 }
 

@@ -93,6 +93,7 @@ func (s *Status) Runtime(args *structs.EmptyArgs, reply *structs.RuntimeStats) e
 	*reply = structs.RuntimeStats{PID: os.Getpid(), Goroutines: runtime.NumGoroutine(), HeapBytes: ms.HeapAlloc,
 		ACLDenied: sec.ACLDenied.Load(), TLSHandshakeFails: sec.TLSHandshakeFails.Load(), PlaintextRefused: sec.PlaintextRefused.Load(),
 		OpeningRefused: sec.OpeningRefused.Load(), RequestsRefused: sec.RequestsRefused.Load(), StreamsRefused: sec.StreamsRefused.Load(),
-		QueriesWaiting: sec.QueriesWaiting.Load()}
+		QueriesWaiting: sec.QueriesWaiting.Load(),
+		QueriesRefused: sec.QueriesRefused.Load(), RegistrationsRefused: sec.RegistrationsRefused.Load()}
 	return nil
 }

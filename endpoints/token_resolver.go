@@ -159,4 +159,14 @@ type SecurityCounters struct {
 	// QueriesWaiting: blocking queries waiting for a change now (each
 	// holds a goroutine until it answers or its wait runs out).
 	QueriesWaiting atomic.Int64
+	// QueriesRefused: reads refused past a limit on reads in flight
+	// (query_gate.go); RegistrationsRefused: new nodes refused past
+	// their certificate's rate or cap (register_limits.go).
+	QueriesRefused       atomic.Uint64
+	RegistrationsRefused atomic.Uint64
+
+	// The server's gates, here because every server has one
+	// SecurityCounters and the endpoints of every connection share it.
+	queries       queryGate
+	registrations registerLimiter
 }

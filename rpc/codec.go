@@ -151,18 +151,26 @@ func (c *limitedServerCodec) WriteResponse(r *rpc.Response, body any) error {
 	defer c.wmu.Unlock()
 	w := responseWriters.Get().(*responseWriter)
 	w.bw.Reset(c.conn)
-	defer func() {
-		// An encode error leaves the encoder in an unknown state: drop it.
-		w.bw.Reset(nil)
+	err := w.enc.Encode(r)
+	if err == nil {
+		err = w.enc.Encode(body)
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	w.bw.Reset(nil)
+	// Only a writer that wrote everything goes back to the pool. The
+	// encoder keeps its first error and returns it from every later
+	// Encode without writing a byte: one answer that failed to go out (a
+	// caller that left while its answer was written) would otherwise make
+	// every later answer encoded with it vanish, the server thinking it
+	// answered and its callers waiting until their timeouts (issue 38:
+	// after the blocking-query flood's process exited, the leader
+	// answered nothing for minutes with no goroutine busy).
+	if err == nil {
 		responseWriters.Put(w)
-	}()
-	if err := w.enc.Encode(r); err != nil {
-		return err
 	}
-	if err := w.enc.Encode(body); err != nil {
-		return err
-	}
-	return w.bw.Flush()
+	return err
 }
 
 func (c *limitedServerCodec) Close() error {

@@ -1,9 +1,6 @@
 package rpc
 
 import (
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"sync"
@@ -59,16 +56,6 @@ const (
 	// while one floods.
 	PeerBudgetBytes = 2 * MaxRequestBytes
 )
-
-// CertFingerprint is the hex SHA-256 of a certificate's DER bytes, as a
-// peer's certificate is named in logs and limits.
-func CertFingerprint(cert *x509.Certificate) string {
-	if cert == nil {
-		return ""
-	}
-	sum := sha256.Sum256(cert.Raw)
-	return hex.EncodeToString(sum[:])
-}
 
 // PeerKey names the peer of a connection from remote (host:port) with the
 // leaf certificate fingerprint cert ("" without TLS): the certificate at

@@ -211,9 +211,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	info.TLS = true
 	cs := tc.ConnectionState()
 	info.Role = tlsutil.PeerRole(cs, s.cfg.TLS.Region())
-	if len(cs.PeerCertificates) > 0 {
-		info.PeerCert = rpc.CertFingerprint(cs.PeerCertificates[0])
-	}
+	info.PeerCert = tlsutil.PeerCertHash(cs)
 	return info, inner, tc, true
 }
 

@@ -126,6 +126,8 @@ func (c *measuredCodec) ReadRequestHeader(r *netrpc.Request) error {
 
 func (c *measuredCodec) WriteResponse(r *netrpc.Response, body any) error {
 	err := c.ServerCodec.WriteResponse(r, body)
+	// A read holds its place in the query gate until its answer is out.
+	endpoints.ResponseWritten(body)
 	c.mu.Lock()
 	cl, ok := c.calls[r.Seq]
 	delete(c.calls, r.Seq)

@@ -83,6 +83,12 @@ type Node struct {
 	// LastFence is what the agent last fenced, as it reported on
 	// registering again; a registration without a report keeps it.
 	LastFence *FenceReport `json:"last_fence,omitempty"`
+	// RegisteredCert is the SHA-256 (hex) of the client certificate that
+	// admitted the node, when the certificate alone did (no token that
+	// grants node:write): what the per-certificate cap on new nodes counts
+	// (endpoints/register_limits.go). Set by the leader, never by the
+	// agent; kept across re-registrations. Not a secret.
+	RegisteredCert string `json:"registered_cert,omitempty"`
 
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`

@@ -68,6 +68,10 @@ type RPCInfo interface {
 type CallOrigin struct {
 	TLS  bool
 	Role string
+	// PeerCert is the SHA-256 (hex) of the entry connection's leaf
+	// certificate ("" without TLS): what per-certificate limits count by
+	// (new-node registrations, endpoints/register_limits.go). Not a secret.
+	PeerCert string
 }
 
 // Authenticated is a request that carries the caller's credential. Clients

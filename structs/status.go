@@ -110,4 +110,9 @@ type RuntimeStats struct {
 	// QueriesWaiting is how many blocking queries wait for a change on
 	// this server now.
 	QueriesWaiting int64
+	// QueriesRefused: reads refused past a limit on reads in flight
+	// (running, waiting for a change, or their answer not yet written); RegistrationsRefused: new nodes refused past their client
+	// certificate's rate or cap. Zero from servers older than the fields.
+	QueriesRefused       uint64
+	RegistrationsRefused uint64
 }
