@@ -128,6 +128,12 @@ func (c *measuredCodec) WriteResponse(r *netrpc.Response, body any) error {
 	err := c.ServerCodec.WriteResponse(r, body)
 	// A read holds its place in the query gate until its answer is out.
 	endpoints.ResponseWritten(body)
+	if err != nil {
+		// net/rpc drops this error: an answer that never reached its
+		// caller is otherwise invisible (a caller gone mid-answer, or a
+		// codec fault silencing answers: issue 38's flood found one).
+		metrics.IncrCounter([]string{"rpc", "answer_write_failed"}, 1)
+	}
 	c.mu.Lock()
 	cl, ok := c.calls[r.Seq]
 	delete(c.calls, r.Seq)
