@@ -56,7 +56,7 @@ func newIdentityWorldWith(t *testing.T, policy structs.NodeLostPolicy, lease tim
 	w.ctrlPlug = harness.StartPlugin(t, "ctrl", hostdir.ModeController, root)
 	w.b = c.StartClient("b", c.ServerOrder(w.f1), w.bPlug.Config())
 	w.cNode = c.StartClient("c", c.ServerOrder(w.f1), w.cPlug.Config())
-	c.StartClient("ctrl", c.ServerOrder(w.f1), w.ctrlPlug.Config())
+	c.StartClient("ctrl", c.ServerOrder(w.f1), w.ctrlPlug.Config()).AdmitControllers()
 	w.bID, w.cID = w.b.NodeID(), w.cNode.NodeID()
 	harness.WaitFor(t, applyWait, func() error {
 		p, _, err := w.mgmt.Plugin(ctx, "hostdir", structs.QueryOptions{})
