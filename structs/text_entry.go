@@ -74,10 +74,22 @@ func (i *CSIInfo) sanitizeText() {
 	if i == nil {
 		return
 	}
-	i.HealthDescription = SanitizeText(i.HealthDescription, MaxFreeTextLen)
-	i.Provider = SanitizeText(i.Provider, MaxFreeTextLen)
-	i.ProviderVersion = SanitizeText(i.ProviderVersion, MaxFreeTextLen)
+	i.Provider = SanitizeText(i.Provider, maxProviderText)
+	i.ProviderVersion = SanitizeText(i.ProviderVersion, maxProviderText)
+	// The health description gets what the fingerprint's text bound
+	// (MaxFingerprintText, all four fields together) leaves, so that a
+	// long probe error is cut rather than refusing the registration.
+	room := MaxFingerprintText - len(i.Provider) - len(i.ProviderVersion) - len(i.ExternalNodeID)
+	i.HealthDescription = SanitizeText(i.HealthDescription, max(minHealthText, min(MaxFreeTextLen, room)))
 }
+
+// maxProviderText bounds a provider name or version (CSI's plugin names
+// are at most 63 bytes); minHealthText keeps some of a health description
+// even when the other fields take the room (Validate then refuses them).
+const (
+	maxProviderText = 256
+	minHealthText   = 64
+)
 
 // CleanText sanitises each update's client description, on copies of the
 // updates.
