@@ -145,6 +145,7 @@ type Result struct {
 func Run(t *testing.T, c Cluster, opts Options) *Result {
 	t.Helper()
 	opts.defaults()
+	defer boundCheckerMemory()()
 	began := time.Now()
 	tc := newTracked(c)
 	c = tc
@@ -272,9 +273,12 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 	res.Mounts = w.mountStats.String()
 
 	timeout := checkTimeout(opts.Duration)
+	t.Logf("checker memory before the linearizability check: %s", memoryNote())
 	checkStart := time.Now()
 	lin := checkLinearizable(ops, opts.Callers, timeout)
 	t.Logf("linearizability check of %d ops took %s", len(ops), time.Since(checkStart).Round(time.Millisecond))
+	releaseMemory()
+	t.Logf("checker memory after the linearizability check: %s", memoryNote())
 	if lin.Err != nil {
 		fail("%v", lin.Err)
 	}
@@ -289,6 +293,7 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 		fail("%v", err)
 	}
 	res.Notes["first claims answered as not new (a retried call)"] = notNewFirstClaims(ops)
+	t.Logf("checker memory after the acknowledged-writes check: %s", memoryNote())
 
 	// Release everything and check liveness, state and the plugins' view.
 	if err := stopAll(w, admin); err != nil {
@@ -312,6 +317,7 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 		}
 		res.Notes["orphans repaired by claimd's reconciler"] = countRepairs(admin)
 	}
+	t.Logf("checker memory after the release of everything and the digests: %s", memoryNote())
 	if audits, err := readAudits(c); err != nil {
 		fail("%v", err)
 	} else {
@@ -325,6 +331,7 @@ func Run(t *testing.T, c Cluster, opts Options) *Result {
 		}
 		res.Notes["plugin calls audited"] = calls
 	}
+	t.Logf("checker memory after the audit of every plugin call: %s", memoryNote())
 	if err := c.Health(); err != nil {
 		fail("health: %v", err)
 	}
