@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -38,6 +39,8 @@ type Agent struct {
 	lease *nodeLease
 	held  *heldClaims
 	fence *fencer
+	// leaseFile publishes the lease for claimd exec and the keeper.
+	leaseFile *leasePublisher
 
 	allocs   *allocRunner
 	statuses *statusBatcher
@@ -102,6 +105,9 @@ func New(cfg Config) (*Agent, error) {
 		cancel()
 		return nil, err
 	}
+	a.leaseFile = newLeasePublisher(a)
+	a.held.onChange = a.leaseFile.publish
+	a.leaseFile.publish()
 	a.plugins, err = csi.NewManager(csi.ManagerConfig{
 		Plugins:       cfg.Plugins,
 		ProbeInterval: cfg.ProbeInterval,
@@ -223,6 +229,7 @@ func (a *Agent) heartbeatLoop() {
 		// The lease counts from the send: the servers' clock starts
 		// later, when the heartbeat arrives.
 		sentAt := a.lease.clock.now()
+		sentBoot := leasefile.Now()
 		var sentFence *structs.FenceReport
 		if !registered {
 			node := a.node()
@@ -254,7 +261,9 @@ func (a *Agent) heartbeatLoop() {
 		} else {
 			registered = true
 			a.heartbeatOK.Store(true)
-			a.lease.renew(sentAt, resp.Lease)
+			if length := a.lease.renew(sentAt, resp.Lease); length > 0 {
+				a.leaseFile.renewed(sentBoot, length)
+			}
 			a.fence.reported(sentFence)
 			a.registeredOnce.Do(func() { close(a.registeredCh) })
 			if resp.HeartbeatTTL > 0 {

@@ -40,6 +40,9 @@ func (e *csiEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachRequest,
 	ctx, cancel := e.callContext(&args.NodeRouting)
 	defer cancel()
 	usage := csi.UsageOptions{ReadOnly: args.ReadOnly, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode}
+	// The workload (claimd exec) stops first: a writer holding the mount
+	// would make the unmount fail.
+	e.a.leaseFile.markStopping(args.AllocID, args.VolumeID)
 	if err := mm.UnmountVolume(ctx, args.VolumeID, args.ExternalID, args.AllocID, usage); err != nil {
 		return pluginError(err)
 	}

@@ -262,6 +262,7 @@ func (f *fencer) unmount(ctx context.Context, c *heldClaim) error {
 	if err != nil {
 		return err
 	}
+	f.a.leaseFile.markStopping(c.AllocID, c.VolumeID)
 	if err := mm.UnmountVolume(ctx, c.VolumeID, c.ExternalID, c.AllocID, c.usage()); err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ type heldClaims struct {
 
 	mu     sync.Mutex
 	claims map[string]*heldClaim
+	// onChange runs after every change (outside the lock): the lease
+	// file lists what is held.
+	onChange func()
 }
 
 const heldClaimsFile = "held-claims.json"
@@ -76,21 +79,32 @@ func (h *heldClaims) add(c *heldClaim) error {
 	// mounted) while another goroutine's save may be marshalling.
 	cc := *c
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.claims[cc.key()] = &cc
-	return h.saveLocked()
+	err := h.saveLocked()
+	h.mu.Unlock()
+	h.changed()
+	return err
+}
+
+func (h *heldClaims) changed() {
+	if h.onChange != nil {
+		h.onChange()
+	}
 }
 
 // remove forgets a claim once its volume is unmounted here.
 func (h *heldClaims) remove(allocID, volumeID string) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	key := allocID + "/" + volumeID
 	if _, ok := h.claims[key]; !ok {
+		h.mu.Unlock()
 		return nil
 	}
 	delete(h.claims, key)
-	return h.saveLocked()
+	err := h.saveLocked()
+	h.mu.Unlock()
+	h.changed()
+	return err
 }
 
 // fenceable lists the claims a fence undoes: those taken under the fence

@@ -77,10 +77,11 @@ func (l *nodeLease) startGrace() {
 // at clock reading sentAt and granted `granted` (0: the answer did not
 // renew it, e.g. the server could not confirm it leads). The shorter of
 // the two lengths counts: a server that knows a shorter lease for this
-// node acts on that one.
-func (l *nodeLease) renew(sentAt, granted time.Duration) {
+// node acts on that one. It returns the length that counted (0: not
+// renewed).
+func (l *nodeLease) renew(sentAt, granted time.Duration) time.Duration {
 	if !l.enabled() || granted <= 0 {
-		return
+		return 0
 	}
 	length := min(l.length, granted)
 	until := sentAt + structs.FenceDeadline(length)
@@ -95,6 +96,7 @@ func (l *nodeLease) renew(sentAt, granted time.Duration) {
 	case l.renewed <- struct{}{}:
 	default:
 	}
+	return length
 }
 
 // remaining is how much of the lease is left on this agent's clock
