@@ -165,6 +165,10 @@ func startExec(t *testing.T, args ...string) *execProc {
 	x := &execProc{out: &syncBuffer{}, done: make(chan struct{})}
 	x.cmd = exec.Command(harness.Binary(t), append([]string{"exec"}, args...)...)
 	x.cmd.Stdout, x.cmd.Stderr = x.out, x.out
+	// A writer that outlived exec would hold its output pipe and keep
+	// Wait waiting: the wait ends when exec does, and the tests check the
+	// writer themselves.
+	x.cmd.WaitDelay = 100 * time.Millisecond
 	if err := x.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
