@@ -170,3 +170,73 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// A fence command that fails is logged at ERROR, naming the volume that
+// may still be written, and retried until it succeeds; then it is not run
+// again for that lapse. A lapse that ends (the agent renewed) before the
+// command succeeded stops the retries. The lease file is written by the
+// test here: the keeper reads nothing else.
+func TestFenceKeeper_FailingCommandRetriedUntilItSucceeds(t *testing.T) {
+	dir := t.TempDir()
+	path := leasefile.Path(dir)
+	boot := leasefile.BootID()
+	claims := []leasefile.Claim{
+		{AllocID: "a1", VolumeID: "vf", MountPath: "/mnt/vf", NodeLost: "fence"},
+		{AllocID: "a2", VolumeID: "vw", MountPath: "/mnt/vw", NodeLost: "wait"},
+	}
+	write := func(fenceAt int64) {
+		t.Helper()
+		if err := leasefile.Write(path, &leasefile.File{NodeID: "n1", BootID: boot, Lease: 3 * time.Second,
+			FenceAt: fenceAt, Deadline: fenceAt + int64(750*time.Millisecond), Claims: claims}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(leasefile.Now() + int64(time.Hour))
+	runs := filepath.Join(dir, "runs")
+	// Fails its first two runs, then succeeds.
+	hook := fmt.Sprintf(`echo "$CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID" >> %[1]s; [ ! -e %[2]s/fail ] && [ $(wc -l < %[1]s) -ge 3 ] || { echo "cannot reach the runtime" >&2; exit 7; }`, runs, dir)
+	k := harness.StartProcess(t, "keeper", "keeper", "-lease-file", path, "-fence-command", hook, "-state-dir", filepath.Join(dir, "state"))
+	harness.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(k.Output(), "first look at the lease file: claims=2 to_fence_now=0") {
+			return fmt.Errorf("keeper exp: two claims, none to fence got: %s", k.Output())
+		}
+		return nil
+	})
+	write(leasefile.Now() - 1) // the lease lapses
+	harness.WaitFor(t, 20*time.Second, func() error {
+		if !strings.Contains(k.Output(), "fence command succeeded") {
+			return fmt.Errorf("keeper exp: the fence command succeeded at last got: %s", k.Output())
+		}
+		return nil
+	})
+	out := k.Output()
+	if n := strings.Count(out, "[ERROR] claimd-keeper: fence command failed: volume vf may still be written on this node; retrying"); n != 2 ||
+		!strings.Contains(out, "exit status 7") || !strings.Contains(out, "cannot reach the runtime") {
+		t.Fatalf("keeper log exp: two ERROR lines naming vf with the command's status and output got: %d\n%s", n, out)
+	}
+	if got := readFile(t, runs); got != "a1 vf\na1 vf\na1 vf\n" {
+		t.Fatalf("fence command exp: run for a1/vf only, three times got: %q", got)
+	}
+
+	// The lease lapses again (another FenceAt: the agent renewed in
+	// between), and now the command always fails: the new lapse is fenced
+	// again, and its retries stop once the agent renews.
+	if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := strings.Count(readFile(t, runs), "\n")
+	write(leasefile.Now() - 1) // a new FenceAt: a new lapse
+	harness.WaitFor(t, 20*time.Second, func() error {
+		if n := strings.Count(readFile(t, runs), "\n"); n <= before {
+			return fmt.Errorf("a second lapse exp: fenced again got: %d runs (%d before)", n, before)
+		}
+		return nil
+	})
+	write(leasefile.Now() + int64(time.Hour))
+	harness.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(k.Output(), "lease shown live again or claim gone before the fence command succeeded; no longer retrying: claim=a1/vf") {
+			return fmt.Errorf("keeper exp: retries given up once the lease is live got: %s", k.Output())
+		}
+		return nil
+	})
+}
