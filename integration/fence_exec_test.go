@@ -28,11 +28,11 @@ import (
 // before the lease's deadline, with no hook; the volume then moves to w2
 // (an in-process agent) and the two writers never overlap.
 
-const execLease = 3 * time.Second
+const fxLease = 3 * time.Second
 
-// procFenceEnv is a one-server cluster with w1 as an agent process,
+// fxEnv is a one-server cluster with w1 as an agent process,
 // w2 and the controller as in-process agents, on the hostdir plugin.
-type procFenceEnv struct {
+type fxEnv struct {
 	*releaseEnv
 	agent    *harness.Process
 	agentDir string
@@ -41,15 +41,15 @@ type procFenceEnv struct {
 	hookLog  string
 }
 
-// newProcFenceEnv starts the cluster; agentArgs are added to w1's agent
+// newFxEnv starts the cluster; agentArgs are added to w1's agent
 // (a -fence-command).
-func newProcFenceEnv(t *testing.T, agentArgs ...string) *procFenceEnv {
+func newFxEnv(t *testing.T, agentArgs ...string) *fxEnv {
 	t.Helper()
 	c := harness.NewCluster(t, 1, harness.Options{})
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	dir := t.TempDir()
-	e := &procFenceEnv{
+	e := &fxEnv{
 		releaseEnv: &releaseEnv{c: c, root: filepath.Join(dir, "storage"),
 			nodes: map[string]*harness.TestPlugin{}, clients: map[string]*harness.TestClient{}},
 		agentDir: filepath.Join(dir, "w1-agent"),
@@ -65,7 +65,7 @@ func newProcFenceEnv(t *testing.T, agentArgs ...string) *procFenceEnv {
 	pki := c.PKI()
 	args := []string{"agent", "-client", "-servers", addr, "-data-dir", e.agentDir, "-node-name", "w1",
 		"-csi-plugin", "id=hostdir,type=node,socket=unix://" + p1.Socket,
-		"-node-lease", execLease.String(), "-log-level", "debug",
+		"-node-lease", fxLease.String(), "-log-level", "debug",
 		"-tls-ca-file", pki.CAFile, "-tls-cert-file", pki.CertFile[tlsutil.RoleClient], "-tls-key-file", pki.KeyFile[tlsutil.RoleClient]}
 	e.agent = harness.StartProcess(t, "w1-agent", append(args, agentArgs...)...)
 	t.Cleanup(func() { _ = syscall.Kill(e.agent.PID(), syscall.SIGCONT) }) // a stopped agent is killed by the harness
@@ -104,7 +104,7 @@ func newProcFenceEnv(t *testing.T, agentArgs ...string) *procFenceEnv {
 }
 
 // place puts allocation id on node with volume vf and waits until it runs.
-func (e *procFenceEnv) place(t *testing.T, id, node string) {
+func (e *fxEnv) place(t *testing.T, id, node string) {
 	t.Helper()
 	a := &structs.Alloc{ID: id, NodeID: node, Volumes: []*structs.AllocVolumeRequest{{VolumeID: "vf"}}}
 	if _, err := e.api.PlaceAllocs(harness.Ctx(t, 30*time.Second), a); err != nil {
@@ -113,7 +113,7 @@ func (e *procFenceEnv) place(t *testing.T, id, node string) {
 }
 
 // leaseFile reads w1's lease file.
-func (e *procFenceEnv) leaseFile(t *testing.T) *leasefile.File {
+func (e *fxEnv) leaseFile(t *testing.T) *leasefile.File {
 	t.Helper()
 	f, err := leasefile.Read(leasefile.Path(e.agentDir))
 	if err != nil {
@@ -122,47 +122,47 @@ func (e *procFenceEnv) leaseFile(t *testing.T) *leasefile.File {
 	return f
 }
 
-// wallDeadline is the lease file's Deadline as a wall-clock time (the
+// fxWallDeadline is the lease file's Deadline as a wall-clock time (the
 // writers stamp their records with the wall clock).
-func wallDeadline(f *leasefile.File) time.Time {
+func fxWallDeadline(f *leasefile.File) time.Time {
 	return time.Now().Add(time.Duration(f.Deadline - leasefile.Now()))
 }
 
-// execProc is a `claimd exec` process.
-type execProc struct {
+// fxExecProc is a `claimd exec` process.
+type fxExecProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *fxBuffer
 	done chan struct{}
 }
 
-type syncBuffer struct {
+type fxBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *fxBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *fxBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
 }
 
-// writerScript appends "<who> <seq> <unix nanos>" lines to records in
+// fxWriterScript appends "<who> <seq> <unix nanos>" lines to records in
 // the mount claimd exec names, after writing its own pid to pidFile: the
 // writer is the shell itself, exec's direct child.
-func writerScript(who, pidFile string) string {
+func fxWriterScript(who, pidFile string) string {
 	return fmt.Sprintf(`echo $$ > %s; i=0; while :; do i=$((i+1)); echo "%s $i $(date +%%s%%N)" >> "$CLAIMD_MOUNT_PATH/records" || exit 1; sleep 0.02; done`,
 		pidFile, who)
 }
 
-func startExec(t *testing.T, args ...string) *execProc {
+func fxStartExec(t *testing.T, args ...string) *fxExecProc {
 	t.Helper()
-	x := &execProc{out: &syncBuffer{}, done: make(chan struct{})}
+	x := &fxExecProc{out: &fxBuffer{}, done: make(chan struct{})}
 	x.cmd = exec.Command(harness.Binary(t), append([]string{"exec"}, args...)...)
 	x.cmd.Stdout, x.cmd.Stderr = x.out, x.out
 	// A writer that outlived exec would hold its output pipe and keep
@@ -184,7 +184,7 @@ func startExec(t *testing.T, args ...string) *execProc {
 }
 
 // waitExit waits for exec to end and returns its exit code.
-func (x *execProc) waitExit(t *testing.T, timeout time.Duration) int {
+func (x *fxExecProc) waitExit(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-x.done:
@@ -195,8 +195,8 @@ func (x *execProc) waitExit(t *testing.T, timeout time.Duration) int {
 	}
 }
 
-// readPid waits for a writer's pid file.
-func readPid(t *testing.T, path string) int {
+// fxReadPid waits for a writer's pid file.
+func fxReadPid(t *testing.T, path string) int {
 	t.Helper()
 	var pid int
 	harness.WaitFor(t, 30*time.Second, func() error {
@@ -210,8 +210,8 @@ func readPid(t *testing.T, path string) int {
 	return pid
 }
 
-// alive reports whether pid runs (a zombie does not: it writes nothing).
-func alive(pid int) bool {
+// fxAlive reports whether pid runs (a zombie does not: it writes nothing).
+func fxAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
@@ -221,8 +221,8 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
-// waitRecords waits until the file holds at least n records of who.
-func waitRecords(t *testing.T, path, who string, n int) {
+// fxWaitRecords waits until the file holds at least n records of who.
+func fxWaitRecords(t *testing.T, path, who string, n int) {
 	t.Helper()
 	harness.WaitFor(t, 30*time.Second, func() error {
 		b, _ := os.ReadFile(path)
@@ -233,8 +233,8 @@ func waitRecords(t *testing.T, path, who string, n int) {
 	})
 }
 
-// lastRecord is the time of who's last record.
-func lastRecord(t *testing.T, path, who string) time.Time {
+// fxLastRecord is the time of who's last record.
+func fxLastRecord(t *testing.T, path, who string) time.Time {
 	var last time.Time
 	for _, r := range readRecords(t, path) {
 		if r.who == who {
@@ -247,7 +247,7 @@ func lastRecord(t *testing.T, path, who string) time.Time {
 // moveAndCheckNoOverlap places a3 on w2, waits for it to run (the
 // volume moved), starts w2's writer and checks that no w1 record comes
 // after w2's first.
-func (e *procFenceEnv) moveAndCheckNoOverlap(t *testing.T, lost time.Time) {
+func (e *fxEnv) moveAndCheckNoOverlap(t *testing.T, lost time.Time) {
 	t.Helper()
 	e.place(t, "a3", e.clients["w2"].NodeID())
 	harness.WaitFor(t, 40*time.Second, func() error {
@@ -264,7 +264,7 @@ func (e *procFenceEnv) moveAndCheckNoOverlap(t *testing.T, lost time.Time) {
 	mount2 := mountPath(t, e.clients["w2"], "a3", "vf")
 	startWriter(t, "w2", mount2, "")
 	records := filepath.Join(mount2, "records")
-	waitRecords(t, records, "w2", 3)
+	fxWaitRecords(t, records, "w2", 3)
 	var firstW2 time.Time
 	for _, r := range readRecords(t, records) {
 		switch {
@@ -278,13 +278,13 @@ func (e *procFenceEnv) moveAndCheckNoOverlap(t *testing.T, lost time.Time) {
 
 // startFencedWriter places a1 on w1 and runs its writer under claimd
 // exec; it returns exec, the writer's pid and the records file.
-func (e *procFenceEnv) startFencedWriter(t *testing.T) (*execProc, int, string) {
+func (e *fxEnv) startFencedWriter(t *testing.T) (*fxExecProc, int, string) {
 	t.Helper()
 	e.place(t, "a1", e.node1)
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
 	pidFile := filepath.Join(e.pidDir, "w1")
-	x := startExec(t, "-alloc", "a1", "-data-dir", e.agentDir, "-wait", "30s", "--", "/bin/sh", "-c", writerScript("w1", pidFile))
-	pid := readPid(t, pidFile)
+	x := fxStartExec(t, "-alloc", "a1", "-data-dir", e.agentDir, "-wait", "30s", "--", "/bin/sh", "-c", fxWriterScript("w1", pidFile))
+	pid := fxReadPid(t, pidFile)
 	// The records as the storage holds them: the mount (a symlink with
 	// the test plugins) goes away when the agent unmounts.
 	c, ok := e.leaseFile(t).Claim("a1", "vf")
@@ -296,24 +296,24 @@ func (e *procFenceEnv) startFencedWriter(t *testing.T) (*execProc, int, string) 
 		t.Fatal(err)
 	}
 	records := filepath.Join(dir, "records")
-	waitRecords(t, records, "w1", 3)
+	fxWaitRecords(t, records, "w1", 3)
 	if out := x.out.String(); !strings.Contains(out, fmt.Sprintf("started /bin/sh as pid %d for allocation a1 volume vf", pid)) {
 		t.Fatalf("claimd exec exp: says what it started got: %s", out)
 	}
 	return x, pid, records
 }
 
-// checkFenced checks exec ended the writer for a lost lease before the
+// fxCheckFenced checks exec ended the writer for a lost lease before the
 // lease's deadline.
-func checkFenced(t *testing.T, x *execProc, pid int, records string, deadline time.Time) {
+func fxCheckFenced(t *testing.T, x *fxExecProc, pid int, records string, deadline time.Time) {
 	t.Helper()
-	if code := x.waitExit(t, execLease+15*time.Second); code != 3 || !strings.Contains(x.out.String(), "fenced: the node lease could not be shown live") {
+	if code := x.waitExit(t, fxLease+15*time.Second); code != 3 || !strings.Contains(x.out.String(), "fenced: the node lease could not be shown live") {
 		t.Fatalf("claimd exec exp: exit 3, fenced got: %d\n%s", code, x.out.String())
 	}
-	if alive(pid) {
+	if fxAlive(pid) {
 		t.Fatalf("writer pid %d exp: ended with claimd exec got: alive", pid)
 	}
-	last := lastRecord(t, records, "w1")
+	last := fxLastRecord(t, records, "w1")
 	if !last.Before(deadline) {
 		t.Fatalf("w1's last record exp: before the lease deadline %s got: %s", deadline.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
 	}
@@ -321,18 +321,18 @@ func checkFenced(t *testing.T, x *execProc, pid int, records string, deadline ti
 }
 
 func TestFenceExec_AgentKilledEndsTheWorkloadBeforeTheDeadline(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	x, pid, records := e.startFencedWriter(t)
 	e.agent.Kill()
 	lost := time.Now()
 	// The agent is gone: the file is final.
-	deadline := wallDeadline(e.leaseFile(t))
-	checkFenced(t, x, pid, records, deadline)
+	deadline := fxWallDeadline(e.leaseFile(t))
+	fxCheckFenced(t, x, pid, records, deadline)
 	e.moveAndCheckNoOverlap(t, lost)
 }
 
 func TestFenceExec_AgentPausedLongerThanTheLease(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	x, pid, records := e.startFencedWriter(t)
 	if err := syscall.Kill(e.agent.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -340,8 +340,8 @@ func TestFenceExec_AgentPausedLongerThanTheLease(t *testing.T) {
 	lost := time.Now()
 	// A renewal may have been written just before the stop: read the file
 	// once it can no longer change (the agent is stopped).
-	deadline := wallDeadline(e.leaseFile(t))
-	checkFenced(t, x, pid, records, deadline)
+	deadline := fxWallDeadline(e.leaseFile(t))
+	fxCheckFenced(t, x, pid, records, deadline)
 	e.moveAndCheckNoOverlap(t, lost)
 	// Resumed, the agent finds its lease lost and unmounts; w1 writes
 	// nothing more.
@@ -354,20 +354,20 @@ func TestFenceExec_AgentPausedLongerThanTheLease(t *testing.T) {
 		}
 		return nil
 	})
-	if last := lastRecord(t, records, "w1"); !last.Before(deadline) {
+	if last := fxLastRecord(t, records, "w1"); !last.Before(deadline) {
 		t.Fatalf("w1 after the agent resumed exp: no record after the deadline got: one at %s", last)
 	}
 }
 
 func TestFenceExec_KillingTheWrapperKillsTheWorkload(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	x, pid, records := e.startFencedWriter(t)
 	if err := x.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	<-x.done
 	harness.WaitFor(t, 5*time.Second, func() error {
-		if alive(pid) {
+		if fxAlive(pid) {
 			return fmt.Errorf("writer pid %d exp: killed with its wrapper (parent-death signal) got: alive", pid)
 		}
 		return nil
@@ -383,7 +383,7 @@ func TestFenceExec_KillingTheWrapperKillsTheWorkload(t *testing.T) {
 }
 
 func TestFenceExec_AllocStopEndsTheWorkloadAndTheReleaseCompletes(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	x, pid, _ := e.startFencedWriter(t)
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
 		t.Fatal(err)
@@ -391,7 +391,7 @@ func TestFenceExec_AllocStopEndsTheWorkloadAndTheReleaseCompletes(t *testing.T) 
 	if code := x.waitExit(t, 30*time.Second); code != 4 || !strings.Contains(x.out.String(), "stopped: the agent released the claim") {
 		t.Fatalf("claimd exec after alloc stop exp: exit 4, stopped got: %d\n%s", code, x.out.String())
 	}
-	if alive(pid) {
+	if fxAlive(pid) {
 		t.Fatalf("writer pid %d exp: ended got: alive", pid)
 	}
 	e.waitFreed(t, "vf", 30*time.Second)

@@ -23,7 +23,7 @@ import (
 
 // keeperHook logs its environment and kills the writer named by its pid
 // file, waiting until it is gone.
-func (e *procFenceEnv) keeperHook() string {
+func (e *fxEnv) keeperHook() string {
 	return fmt.Sprintf(`echo "$CLAIMD_NODE_ID $CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID $CLAIMD_MOUNT_PATH" >> %s
 pid=$(cat %s/$CLAIMD_ALLOC_ID-$CLAIMD_VOLUME_ID 2>/dev/null) || exit 0
 kill -9 "$pid" 2>/dev/null
@@ -31,7 +31,7 @@ i=0; while [ -d /proc/"$pid" ] && [ "$(cut -d' ' -f3 /proc/"$pid"/stat 2>/dev/nu
 		e.hookLog, e.pidDir)
 }
 
-func (e *procFenceEnv) startKeeper(t *testing.T, stateDir string) *harness.Process {
+func (e *fxEnv) startKeeper(t *testing.T, stateDir string) *harness.Process {
 	t.Helper()
 	k := harness.StartProcess(t, "keeper", "keeper", "-data-dir", e.agentDir, "-fence-command", e.keeperHook(),
 		"-fence-timeout", "5s", "-state-dir", stateDir, "-log-level", "debug")
@@ -46,7 +46,7 @@ func (e *procFenceEnv) startKeeper(t *testing.T, stateDir string) *harness.Proce
 
 // startKeptWriter places a1 on w1 and starts a writer outside claimd (a
 // plain process, as a container would be) with its pid file for the hook.
-func (e *procFenceEnv) startKeptWriter(t *testing.T) (*writer, string) {
+func (e *fxEnv) startKeptWriter(t *testing.T) (*writer, string) {
 	t.Helper()
 	e.place(t, "a1", e.node1)
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
@@ -60,25 +60,25 @@ func (e *procFenceEnv) startKeptWriter(t *testing.T) (*writer, string) {
 	}
 	w := startWriter(t, "w1", c.MountPath, filepath.Join(e.pidDir, "a1-vf"))
 	records := filepath.Join(dir, "records")
-	waitRecords(t, records, "w1", 3)
+	fxWaitRecords(t, records, "w1", 3)
 	return w, records
 }
 
 func TestFenceKeeper_AgentKilledKeeperFencesAtTheDeadline(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	keeper := e.startKeeper(t, t.TempDir())
 	w, records := e.startKeptWriter(t)
 	mount, _ := e.leaseFile(t).Claim("a1", "vf")
 
 	e.agent.Kill()
 	lost := time.Now()
-	deadline := wallDeadline(e.leaseFile(t))
+	deadline := fxWallDeadline(e.leaseFile(t))
 	select {
 	case <-w.done:
-	case <-time.After(execLease + 15*time.Second):
+	case <-time.After(fxLease + 15*time.Second):
 		t.Fatalf("writer exp: killed by the keeper's fence command got: still running\n%s", keeper.Output())
 	}
-	if last := lastRecord(t, records, "w1"); !last.Before(deadline) {
+	if last := fxLastRecord(t, records, "w1"); !last.Before(deadline) {
 		t.Fatalf("w1's last record exp: before the lease deadline %s got: %s", deadline.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
 	} else {
 		t.Logf("w1's last record %s before the lease deadline", deadline.Sub(last).Round(time.Millisecond))
@@ -100,7 +100,7 @@ func TestFenceKeeper_AgentKilledKeeperFencesAtTheDeadline(t *testing.T) {
 }
 
 func TestFenceKeeper_RestartedAfterTheDeadlineFencesAtOnce(t *testing.T) {
-	e := newProcFenceEnv(t)
+	e := newFxEnv(t)
 	stateDir := t.TempDir()
 	keeper := e.startKeeper(t, stateDir)
 	w, _ := e.startKeptWriter(t)
@@ -116,7 +116,7 @@ func TestFenceKeeper_RestartedAfterTheDeadlineFencesAtOnce(t *testing.T) {
 	keeper.Kill()
 	e.agent.Kill()
 	f := e.leaseFile(t)
-	harness.WaitFor(t, execLease+10*time.Second, func() error {
+	harness.WaitFor(t, fxLease+10*time.Second, func() error {
 		if now := leasefile.Now(); now <= f.Deadline {
 			return fmt.Errorf("lease exp: past its deadline got: %s left", time.Duration(f.Deadline-now))
 		}
@@ -136,7 +136,7 @@ func TestFenceKeeper_RestartedAfterTheDeadlineFencesAtOnce(t *testing.T) {
 		t.Fatalf("writer exp: killed at once by the restarted keeper got: still running\n%s", keeper.Output())
 	}
 	t.Logf("restarted keeper fenced %s after its start", time.Since(started).Round(time.Millisecond))
-	if runs := strings.Count(readFile(t, e.hookLog), "\n"); runs != 1 {
+	if runs := strings.Count(fxReadFile(t, e.hookLog), "\n"); runs != 1 {
 		t.Fatalf("fence command exp: run once got: %d", runs)
 	}
 	harness.WaitFor(t, 10*time.Second, func() error {
@@ -157,12 +157,12 @@ func TestFenceKeeper_RestartedAfterTheDeadlineFencesAtOnce(t *testing.T) {
 	if out := keeper.Output(); strings.Contains(out, "running the fence command") || !strings.Contains(out, "fenced_before=1") {
 		t.Fatalf("keeper restarted after its fence exp: the fence recorded, not run again got: %s", out)
 	}
-	if runs := strings.Count(readFile(t, e.hookLog), "\n"); runs != 1 {
+	if runs := strings.Count(fxReadFile(t, e.hookLog), "\n"); runs != 1 {
 		t.Fatalf("fence command after a second restart exp: still run once got: %d", runs)
 	}
 }
 
-func readFile(t *testing.T, path string) string {
+func fxReadFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -214,7 +214,7 @@ func TestFenceKeeper_FailingCommandRetriedUntilItSucceeds(t *testing.T) {
 		!strings.Contains(out, "exit status 7") || !strings.Contains(out, "cannot reach the runtime") {
 		t.Fatalf("keeper log exp: two ERROR lines naming vf with the command's status and output got: %d\n%s", n, out)
 	}
-	if got := readFile(t, runs); got != "a1 vf\na1 vf\na1 vf\n" {
+	if got := fxReadFile(t, runs); got != "a1 vf\na1 vf\na1 vf\n" {
 		t.Fatalf("fence command exp: run for a1/vf only, three times got: %q", got)
 	}
 
@@ -224,10 +224,10 @@ func TestFenceKeeper_FailingCommandRetriedUntilItSucceeds(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	before := strings.Count(readFile(t, runs), "\n")
+	before := strings.Count(fxReadFile(t, runs), "\n")
 	write(leasefile.Now() - 1) // a new FenceAt: a new lapse
 	harness.WaitFor(t, 20*time.Second, func() error {
-		if n := strings.Count(readFile(t, runs), "\n"); n <= before {
+		if n := strings.Count(fxReadFile(t, runs), "\n"); n <= before {
 			return fmt.Errorf("a second lapse exp: fenced again got: %d runs (%d before)", n, before)
 		}
 		return nil

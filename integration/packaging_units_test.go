@@ -11,18 +11,18 @@ import (
 	"github.com/claimd/claimd/internal/fencewatch"
 )
 
-// unitFile is a systemd unit as section → key → values (continuation
+// sdUnit is a systemd unit as section → key → values (continuation
 // lines joined; a key may repeat).
-type unitFile map[string]map[string][]string
+type sdUnit map[string]map[string][]string
 
-func readUnit(t *testing.T, name string) unitFile {
+func readSystemdUnit(t *testing.T, name string) sdUnit {
 	t.Helper()
 	f, err := os.Open(filepath.Join("..", "packaging", "systemd", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	u := unitFile{}
+	u := sdUnit{}
 	section, pending := "", ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -47,7 +47,7 @@ func readUnit(t *testing.T, name string) unitFile {
 	return u
 }
 
-func (u unitFile) one(section, key string) string {
+func (u sdUnit) one(section, key string) string {
 	v := u[section][key]
 	if len(v) == 0 {
 		return ""
@@ -61,16 +61,16 @@ func (u unitFile) one(section, key string) string {
 // agent writes it; the workload example runs through claimd exec and is
 // not started again on the node after a fence or a release.
 func TestPackaging_UnitsKeepTheFence(t *testing.T) {
-	client := readUnit(t, "claimd-client.service")
-	keeper := readUnit(t, "claimd-keeper.service")
-	workload := readUnit(t, "claimd-workload@.service")
-	for name, u := range map[string]unitFile{"client": client, "keeper": keeper} {
+	client := readSystemdUnit(t, "claimd-client.service")
+	keeper := readSystemdUnit(t, "claimd-keeper.service")
+	workload := readSystemdUnit(t, "claimd-workload@.service")
+	for name, u := range map[string]sdUnit{"client": client, "keeper": keeper} {
 		if u.one("Service", "Restart") != "always" || u.one("Unit", "StartLimitIntervalSec") != "0" || u.one("Service", "RestartSec") == "" {
 			t.Errorf("%s unit exp: Restart=always, StartLimitIntervalSec=0, a RestartSec got: %v", name, u)
 		}
 	}
 	for _, key := range []string{"BindsTo", "PartOf", "Requires", "Requisite"} {
-		for name, u := range map[string]unitFile{"keeper": keeper, "workload": workload} {
+		for name, u := range map[string]sdUnit{"keeper": keeper, "workload": workload} {
 			if v := u.one("Unit", key); strings.Contains(v, "claimd-client") {
 				t.Errorf("%s unit exp: not stopped with the agent got: %s=%s", name, key, v)
 			}
