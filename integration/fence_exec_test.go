@@ -399,3 +399,77 @@ func TestFenceExec_AllocStopEndsTheWorkloadAndTheReleaseCompletes(t *testing.T) 
 		t.Fatal("w1 exp: the volume unmounted by the agent got: no NodeUnpublishVolume")
 	}
 }
+
+// Without a cluster, on a lease file the test writes: exec waits for the
+// claim with progress, passes the command's exit status through, passes
+// SIGTERM to the command's group, and refuses what it cannot decide.
+func TestFenceExec_SignalsExitStatusAndWaiting(t *testing.T) {
+	dir := t.TempDir()
+	path := leasefile.Path(dir)
+	write := func(claims ...leasefile.Claim) {
+		t.Helper()
+		fenceAt := leasefile.Now() + int64(time.Hour)
+		if err := leasefile.Write(path, &leasefile.File{NodeID: "n1", BootID: leasefile.BootID(), Lease: fxLease,
+			FenceAt: fenceAt, Deadline: fenceAt + int64(time.Second), Claims: claims}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounted := leasefile.Claim{AllocID: "a1", VolumeID: "vf", MountPath: dir, NodeLost: "fence"}
+
+	// The claim is not there yet: exec waits, says why, and starts the
+	// command once the agent lists it mounted.
+	write()
+	x := fxStartExec(t, "-alloc", "a1", "-lease-file", path, "-wait", "30s", "--", "/bin/sh", "-c", `exit 5`)
+	harness.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(x.out.String(), "of 30s): allocation a1 is not mounted on this node yet") {
+			return fmt.Errorf("claimd exec exp: says what it waits for got: %q", x.out.String())
+		}
+		return nil
+	})
+	write(mounted)
+	if code := x.waitExit(t, 10*time.Second); code != 5 {
+		t.Fatalf("claimd exec exp: the command's exit status 5 got: %d\n%s", code, x.out.String())
+	}
+
+	// SIGTERM to exec reaches the command, whose status is exec's.
+	x = fxStartExec(t, "-alloc", "a1", "-lease-file", path, "--", "/bin/sh", "-c",
+		`trap 'exit 42' TERM; echo "$CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID $CLAIMD_MOUNT_PATH $CLAIMD_NODE_ID"; while :; do sleep 0.05; done`)
+	harness.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(x.out.String(), "a1 vf "+dir+" n1\n") {
+			return fmt.Errorf("command exp: its environment got: %q", x.out.String())
+		}
+		return nil
+	})
+	if err := x.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := x.waitExit(t, 10*time.Second); code != 42 {
+		t.Fatalf("claimd exec after SIGTERM exp: the command's status 42 got: %d\n%s", code, x.out.String())
+	}
+
+	// Refused: a claim being released, two volumes without -volume, and
+	// a wait that runs out; none starts the command.
+	marker := filepath.Join(dir, "started")
+	for _, c := range []struct {
+		name   string
+		claims []leasefile.Claim
+		args   []string
+		want   string
+	}{
+		{"stopping", []leasefile.Claim{{AllocID: "a1", VolumeID: "vf", MountPath: dir, NodeLost: "fence", Stopping: true}}, nil,
+			"the agent is releasing the claim"},
+		{"two volumes", []leasefile.Claim{mounted, {AllocID: "a1", VolumeID: "vw", MountPath: dir, NodeLost: "wait"}}, nil,
+			"-volume: allocation a1 has 2 volumes on this node (vf, vw)"},
+		{"wait runs out", nil, []string{"-wait", "500ms"}, "-wait: gave up after 500ms: allocation a1 is not mounted on this node yet; the command was not started"},
+	} {
+		write(c.claims...)
+		args := append(append([]string{"-alloc", "a1", "-lease-file", path}, c.args...), "--", "/bin/sh", "-c", "touch "+marker)
+		x := fxStartExec(t, args...)
+		if code := x.waitExit(t, 10*time.Second); code != 1 || !strings.Contains(x.out.String(), c.want) {
+			t.Fatalf("%s: claimd exec exp: exit 1 with %q got: %d %q", c.name, c.want, code, x.out.String())
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("%s: command exp: not started got: %v", c.name, err)
+		}
+	}
+}
