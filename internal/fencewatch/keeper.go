@@ -100,7 +100,10 @@ func (s *KeeperState) Save(dir string) error {
 // could not be read, and the last file read stands). It reports whether
 // anything worth saving changed: the claims, the lapse, a fence record
 // dropped because its claim is gone from the file (the agent unmounted
-// it).
+// it). The lapse is saved on every renewal (a small synced write every
+// heartbeat): a keeper restarted on an unreadable file must not take an
+// old lapse it fenced for the current one, after which the agent renewed
+// and the workload may have started again.
 func (s *KeeperState) Observe(f *leasefile.File) bool {
 	if f == nil {
 		return false
