@@ -190,6 +190,25 @@ func TestKeeperFencesOncePerLapse(t *testing.T) {
 	if got, l2 := s2.ToFence(true, now+10*sec, boot); len(got) != 1 || l2 == lapse {
 		t.Fatalf("second lapse exp: fenced again under a new lapse got: %v %q (first %q)", got, l2, lapse)
 	}
+	// A keeper that fenced a lapse, saw the agent renew, and restarts on
+	// an unreadable file fences again: the renewal was saved.
+	s5 := &KeeperState{Done: map[string]string{}}
+	s5.Observe(file(now+sec, now+2*sec, fc))
+	_, l1 := s5.ToFence(true, now+sec, boot)
+	s5.Done[Key(fc)] = l1
+	if !s5.Observe(file(now+20*sec, now+21*sec, fc)) {
+		t.Fatal("a renewal exp: saved got: not a change")
+	}
+	if err := s5.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	s6, err := LoadKeeperState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s6.ToFence(false, now+2*sec, boot); len(got) != 1 {
+		t.Fatalf("restarted on an unreadable file after a renewal exp: fenced again got: %v", got)
+	}
 	// A claim gone from the file (unmounted) drops its record.
 	if !s2.Observe(file(now+10*sec, now+11*sec, wc)) || len(s2.Done) != 0 {
 		t.Fatalf("claim gone exp: its record dropped got: %v", s2.Done)
