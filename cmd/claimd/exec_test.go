@@ -24,7 +24,7 @@ func TestExecAndKeeperRefuseBadFlags(t *testing.T) {
 		{"exec negative grace", execRunner, []string{"-alloc", "a1", "-kill-grace", "-1s", "--", "true"}, "-kill-grace: -1s is negative"},
 		{"exec negative wait", execRunner, []string{"-alloc", "a1", "-wait", "-1s", "--", "true"}, "-wait: -1s is negative"},
 		{"keeper without a command", keeperRunner, []string{"-state-dir", state}, "-fence-command: required"},
-		{"keeper zero timeout", keeperRunner, []string{"-fence-command", "true", "-fence-timeout", "0s", "-state-dir", state}, "-fence-timeout: 0s is not positive"},
+		{"keeper negative timeout", keeperRunner, []string{"-fence-command", "true", "-fence-timeout", "-1s", "-state-dir", state}, "-fence-timeout: -1s is negative"},
 		{"keeper bad log level", keeperRunner, []string{"-fence-command", "true", "-log-level", "loud", "-state-dir", state}, `-log-level: "loud"`},
 		{"keeper stray argument", keeperRunner, []string{"-fence-command", "true", "-state-dir", state, "extra"}, `unexpected argument "extra"`},
 	}

@@ -39,7 +39,7 @@ func runKeeper(args []string, stdout, stderr io.Writer) int {
 	var lf leaseFileFlags
 	lf.register(fs)
 	command := fs.String("fence-command", "", "shell command that stops what writes through a volume (required; env CLAIMD_ALLOC_ID, CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH, CLAIMD_NODE_ID, as the agent's -fence-command)")
-	timeout := fs.Duration("fence-timeout", 10*time.Second, "the longest one run of the fence command may take; its process group is killed then and it is run again")
+	timeout := fs.Duration("fence-timeout", 0, "the longest one run of the fence command may take; its process group is killed then and it is run again (default: the lease file's fence window, Deadline - FenceAt, at least "+fencewatch.MinFenceTimeout.String()+")")
 	stateDir := fs.String("state-dir", defaultKeeperStateDir, "where the keeper records the fences it has done")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines")
@@ -55,8 +55,8 @@ func runKeeper(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "unexpected argument %q\nusage: claimd keeper [-data-dir DIR | -lease-file PATH] -fence-command CMD [-fence-timeout D] [-state-dir DIR]", fs.Arg(0))
 	case *command == "":
 		return fail(stderr, "-fence-command: required (the shell command that stops what writes through a volume)")
-	case *timeout <= 0:
-		return fail(stderr, "-fence-timeout: %s is not positive", *timeout)
+	case *timeout < 0:
+		return fail(stderr, "-fence-timeout: %s is negative", *timeout)
 	case *stateDir == "":
 		return fail(stderr, "-state-dir: must not be empty")
 	case level == hclog.NoLevel:
@@ -107,7 +107,7 @@ type keeperResult struct {
 }
 
 func (k *keeper) run(ctx context.Context) {
-	k.log.Info("keeping the node lease's deadline", "lease_file", k.path, "state_dir", k.stateDir, "fence_timeout", k.timeout)
+	k.log.Info("keeping the node lease's deadline", "lease_file", k.path, "state_dir", k.stateDir)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	tick := time.NewTicker(fencewatch.PollInterval)
@@ -198,17 +198,18 @@ func (k *keeper) start(ctx context.Context, wg *sync.WaitGroup, c leasefile.Clai
 	if k.state.Last != nil {
 		nodeID = k.state.Last.NodeID
 	}
+	timeout := fencewatch.FenceTimeout(k.state.Last, k.timeout)
 	env := []string{"CLAIMD_ALLOC_ID=" + c.AllocID, "CLAIMD_VOLUME_ID=" + c.VolumeID,
 		"CLAIMD_MOUNT_PATH=" + c.MountPath, "CLAIMD_NODE_ID=" + nodeID}
 	log := k.log.With("alloc", c.AllocID, "volume", c.VolumeID, "mount_path", c.MountPath)
-	log.Warn("node lease cannot be shown live: running the fence command", "lapse", lapse)
+	log.Warn("node lease cannot be shown live: running the fence command", "lapse", lapse, "timeout", timeout)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		wait := keeperRetryMin
 		for attempt := 1; ; attempt++ {
 			began := time.Now()
-			err := fencecmd.Run(fctx, k.command, env, k.timeout)
+			err := fencecmd.Run(fctx, k.command, env, timeout)
 			if fctx.Err() != nil {
 				return
 			}

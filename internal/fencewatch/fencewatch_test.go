@@ -214,3 +214,19 @@ func TestKeeperFencesOncePerLapse(t *testing.T) {
 		t.Fatalf("claim gone exp: its record dropped got: %v", s2.Done)
 	}
 }
+
+func TestFenceTimeout(t *testing.T) {
+	ms := int64(time.Millisecond)
+	if got := FenceTimeout(file(10*sec, 17*sec+500*ms), 0); got != 7500*time.Millisecond {
+		t.Errorf("30 s lease exp: its 7.5 s window got: %s", got)
+	}
+	if got := FenceTimeout(file(10*sec, 10*sec+750*ms), 0); got != MinFenceTimeout {
+		t.Errorf("3 s lease exp: at least %s got: %s", MinFenceTimeout, got)
+	}
+	if got := FenceTimeout(nil, 0); got != MinFenceTimeout {
+		t.Errorf("no file exp: %s got: %s", MinFenceTimeout, got)
+	}
+	if got := FenceTimeout(file(10*sec, 11*sec), 3*time.Second); got != 3*time.Second {
+		t.Errorf("flag exp: 3s got: %s", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/claimd/claimd/internal/leasefile"
 )
@@ -31,6 +32,25 @@ func Lapse(f *leasefile.File) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%s/%d", f.BootID, f.FenceAt)
+}
+
+// MinFenceTimeout is the shortest default bound of one run of the
+// keeper's fence command: a short lease's window (500 ms for 2 s) is too
+// little for a command that asks a container runtime.
+const MinFenceTimeout = time.Second
+
+// FenceTimeout bounds one run of the keeper's fence command: flag when
+// set, else the lease's fence window (Deadline - FenceAt, as the agent's
+// own fence has), at least MinFenceTimeout. A run that times out is
+// killed with its group and run again.
+func FenceTimeout(last *leasefile.File, flag time.Duration) time.Duration {
+	if flag > 0 {
+		return flag
+	}
+	if last != nil && last.FenceAt > 0 && last.Deadline > last.FenceAt {
+		return max(time.Duration(last.Deadline-last.FenceAt), MinFenceTimeout)
+	}
+	return MinFenceTimeout
 }
 
 // Key names a claim in the keeper's records.
