@@ -70,7 +70,7 @@ func TestRelease_ArchiveIsStampedStaticAndReproducible(t *testing.T) {
 	dir := t.TempDir()
 	files := untar(t, archive, dir)
 	for _, f := range []string{"claimd", "README.md", "operations.md", "systemd/claimd-server.service",
-		"systemd/claimd-client.service", "config/server/server.hcl", "config/client/client.hcl"} {
+		"systemd/claimd-client.service", "systemd/claimd-keeper.service", "config/server/server.hcl", "config/client/client.hcl"} {
 		if !files[name+"/"+f] {
 			t.Errorf("archive exp: %s/%s got: %v", name, f, files)
 		}

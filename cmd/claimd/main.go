@@ -23,6 +23,8 @@ type command struct {
 // commands is the command table, the one place a command is added.
 var commands = []command{
 	{name: "agent", usage: "run a server, a client agent, or both (-dev)", run: runAgent},
+	{name: "exec", usage: "run a command as an allocation's workload, ended when the node lease cannot be shown live", run: runExec},
+	{name: "keeper", usage: "run the fence command at the node lease's deadline for workloads claimd does not start", run: runKeeper},
 	{name: "bench", usage: "drive a running cluster with claims and report throughput and latency", run: runBench},
 	{name: "csi-plugin", sub: []command{
 		{name: "hostdir", usage: "run the built-in hostdir CSI plugin", run: runHostdirPlugin},
