@@ -48,6 +48,11 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 		}
 	}
 	tx.put(TableNodes, n)
+	// Only a report this registration brought: one kept from an earlier
+	// registration was recorded then.
+	if req.Node.LastFence != nil {
+		recordFenceReport(tx, n.ID, n.LastFence) // fence_failures.go
+	}
 	if n.Status == structs.NodeStatusDown && (old == nil || old.Status != structs.NodeStatusDown) {
 		loseNodeAllocs(tx, n.ID)
 	}
@@ -129,6 +134,7 @@ func applyNodeDeregister(tx *txn, req *structs.NodeDeregisterRequest) (any, erro
 			return nil, structs.NotFound("node", id)
 		}
 		loseNodeAllocs(tx, id)
+		clearNodeFenceFailures(tx, id) // fence_failures.go
 		tx.remove(TableNodes, old)
 		reserveIdentity(tx, old)
 		syncPlugins(tx, id, old, nil)

@@ -50,6 +50,8 @@ type fenceOpts struct {
 	// hookFails: the fence command exits 1 with a message and kills
 	// nothing (a hook that cannot reach the workload).
 	hookFails bool
+	// configure edits every server's config last.
+	configure func(*server.Config)
 }
 
 func newFenceEnvOpts(t *testing.T, o fenceOpts) *fenceEnv {
@@ -61,8 +63,13 @@ func newFenceEnvOpts(t *testing.T, o fenceOpts) *fenceEnv {
 		o.lease = fenceLease
 	}
 	var opts harness.Options
-	if o.ttl > 0 {
-		opts.Configure = func(cfg *server.Config) { cfg.HeartbeatTTL = o.ttl }
+	opts.Configure = func(cfg *server.Config) {
+		if o.ttl > 0 {
+			cfg.HeartbeatTTL = o.ttl
+		}
+		if o.configure != nil {
+			o.configure(cfg)
+		}
 	}
 	c := harness.NewCluster(t, 3, opts)
 	c.StartAll()

@@ -446,6 +446,12 @@ function storageSection(v, report) {
   return out;
 }
 
+// fenceWhat says what failed in a node's fence (structs.FenceFailure.What).
+function fenceWhat(f) {
+  const what = f.hook_ok ? "unmount failed" : "fence command failed";
+  return f.error ? what + ": " + f.error : what;
+}
+
 pages.volume = {
   keepError: true,
   async load(params, index, signal) {
@@ -473,8 +479,17 @@ pages.volume = {
         h("dt", {}, "Access / attachment"), h("dd", {}, v.access_mode + " / " + v.attachment_mode),
         h("dt", {}, "In use as"), h("dd", {}, v.current_access_mode || "—"),
         h("dt", {}, "Node lost"), h("dd", { "data-node-lost": v.node_lost || "wait" }, v.node_lost || "wait"),
+        h("dt", {}, "Health"), h("dd", { "data-health": (v.fence_failures || []).length ? "abnormal" : "healthy" },
+          (v.fence_failures || []).length ? badge("abnormal", "bad") : badge("healthy", "ok")),
         h("dt", {}, "Secrets"), h("dd", {}, Object.keys(v.secrets || {}).length + " (never shown)"),
         h("dt", {}, "Raft index"), h("dd", {}, "created " + v.create_index + ", modified " + v.modify_index)));
+    // A node's failed fence (issue 39): the volume may still be written
+    // there, whatever its claims say.
+    for (const f of v.fence_failures || []) {
+      out.append(h("p", { class: "stuck", role: "alert", "data-fence-failed": f.node_id + "/" + f.alloc_id },
+        badge("fence failed", "bad"), " may still be written on node ", nodeLink(nodes, f.node_id),
+        " (alloc " + f.alloc_id + "): " + fenceWhat(f) + "; fence started ", h("time", { datetime: f.fenced_at }, fmtTime(f.fenced_at)), "."));
+    }
     if (retry) {
       out.append(h("p", { class: "stuck" }, badge("release failing", "bad"), " ", retry.attempts + " attempts; last error: ",
         h("span", { class: "last-error" }, retry.last_error), "; next try ", fmtRelative(retry.next_try)));
