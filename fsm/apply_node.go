@@ -48,11 +48,6 @@ func applyNodeRegister(tx *txn, req *structs.NodeRegisterRequest) (any, error) {
 		}
 	}
 	tx.put(TableNodes, n)
-	// Only a report this registration brought: one kept from an earlier
-	// registration was recorded then.
-	if req.Node.LastFence != nil {
-		recordFenceReport(tx, n.ID, n.LastFence) // fence_failures.go
-	}
 	if n.Status == structs.NodeStatusDown && (old == nil || old.Status != structs.NodeStatusDown) {
 		loseNodeAllocs(tx, n.ID)
 	}

@@ -11,10 +11,30 @@ import (
 
 // Fence failures (issue 39): a node's report that its fence of a claim
 // failed is recorded on the volume (structs.FenceFailure), from the
-// registration that carried it, so that the volume shows it until the
+// report its registration carried (the leader writes a FenceReport entry
+// right after the registration), so that the volume shows it until the
 // node reports that claim's fence done or is deregistered. Everything
 // here is decided by the log entry alone (the report's own times, the
 // entry's index, the report's order), never by the clock or map order.
+// The entry is advisory (an older server skips it), so nothing else the
+// state machine decides may depend on a volume's fence failures.
+
+func init() {
+	registerCommand(structs.FenceReportRequestType, applyFenceReport)
+}
+
+// applyFenceReport records a registered node's fence report on the
+// volumes it names.
+func applyFenceReport(tx *txn, req *structs.FenceReportRequest) (any, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if getNode(tx, req.NodeID) == nil {
+		return nil, structs.NotFound("node", req.NodeID)
+	}
+	recordFenceReport(tx, req.NodeID, req.Report)
+	return nil, nil
+}
 
 // indexFenceFailed holds only the volumes with a fence failure, so the
 // gauge, the leader's alarm and a node's deregistration find them without

@@ -17,10 +17,8 @@ import (
 
 var fenceAt = time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC)
 
-func reportNode(id string, vols ...*structs.FencedVolume) *structs.NodeRegisterRequest {
-	n := testNode(id)
-	n.LastFence = &structs.FenceReport{At: fenceAt, LeaseRemaining: time.Second, Volumes: vols}
-	return &structs.NodeRegisterRequest{Node: n}
+func reportNode(id string, vols ...*structs.FencedVolume) *structs.FenceReportRequest {
+	return &structs.FenceReportRequest{NodeID: id, Report: &structs.FenceReport{At: fenceAt, LeaseRemaining: time.Second, Volumes: vols}}
 }
 
 func hookFailed(alloc, vol string) *structs.FencedVolume {
@@ -43,7 +41,7 @@ func failuresOf(h *harness, vol string) string {
 func TestFenceFailure_RecordedFromTheReportUntilTheNodeSaysItIsDone(t *testing.T) {
 	h := newFenceHarness(t, structs.NodeLostFence)
 	h.registerVolumes(testVolume("v2", structs.AccessModeSingleNodeWriter))
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", hookFailed("a1", "v1"), fenceOK("a9", "v2"), hookFailed("a8", "gone")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", hookFailed("a1", "v1"), fenceOK("a9", "v2"), hookFailed("a8", "gone")))
 	v := h.volume("v1")
 	if len(v.FenceFailures) != 1 || v.Health() != structs.VolumeAbnormal {
 		t.Fatalf("v1 exp: one fence failure, abnormal got: %+v (%s)", v.FenceFailures, v.Health())
@@ -63,7 +61,7 @@ func TestFenceFailure_RecordedFromTheReportUntilTheNodeSaysItIsDone(t *testing.T
 	// The agent sends the same report again (it was not acknowledged):
 	// nothing is written, the first index stays.
 	modified := h.volume("v1").ModifyIndex
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", hookFailed("a1", "v1")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", hookFailed("a1", "v1")))
 	if v := h.volume("v1"); v.ModifyIndex != modified || v.FenceFailures[0].ReportIndex != f.ReportIndex {
 		t.Fatalf("same report again exp: no write got: modify %d→%d %+v", modified, v.ModifyIndex, v.FenceFailures[0])
 	}
@@ -74,18 +72,18 @@ func TestFenceFailure_RecordedFromTheReportUntilTheNodeSaysItIsDone(t *testing.T
 	}
 	// A later attempt failed otherwise: the entry is replaced.
 	unmount := &structs.FencedVolume{AllocID: "a1", VolumeID: "v1", HookOK: true, Unmounted: false, Error: "unpublish: device busy"}
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", unmount))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", unmount))
 	if f := h.volume("v1").FenceFailures; len(f) != 1 || !f[0].HookOK || !strings.HasSuffix(f[0].Warning(), "unmount failed: unpublish: device busy") {
 		t.Fatalf("second failure exp: replaces the first got: %+v", f)
 	}
 	// Another node's word on its own claim does not clear n1's.
 	h.registerNode(testNode("n2"))
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n2", fenceOK("a1", "v1")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n2", fenceOK("a1", "v1")))
 	if got := failuresOf(h, "v1"); got != "[n1/a1]" {
 		t.Fatalf("other node's report exp: n1's failure kept got: %s", got)
 	}
 	// The node says the fence went through: cleared.
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", fenceOK("a1", "v1")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", fenceOK("a1", "v1")))
 	if v := h.volume("v1"); len(v.FenceFailures) != 0 || v.FenceFailures != nil || v.Health() != structs.VolumeHealthy {
 		t.Fatalf("fence done exp: no failure, healthy got: %+v", v.FenceFailures)
 	}
@@ -104,7 +102,7 @@ func TestFenceFailure_RecordedAfterTheReleaseAndClearedByDeregistration(t *testi
 		t.Fatalf("exp: claim freed got: %+v", v.PastClaims)
 	}
 	fail := &structs.FencedVolume{AllocID: "a1", VolumeID: "v1", HookOK: true, Unmounted: false, Error: "unpublish: busy"}
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", fail))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", fail))
 	if got := failuresOf(h, "v1"); got != "[n1/a1]" {
 		t.Fatalf("report after the release exp: recorded got: %s", got)
 	}
@@ -119,7 +117,7 @@ func TestFenceFailure_BoundedToTheNewest(t *testing.T) {
 	h.registerNode(testNode("n1"))
 	h.registerVolumes(testVolume("v1", structs.AccessModeMultiNodeMultiWriter))
 	for i := range structs.MaxFenceFailures + 3 {
-		h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", hookFailed(fmt.Sprintf("a%02d", i), "v1")))
+		h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", hookFailed(fmt.Sprintf("a%02d", i), "v1")))
 	}
 	fs := h.volume("v1").FenceFailures
 	if len(fs) != structs.MaxFenceFailures || fs[0].AllocID != "a03" || fs[len(fs)-1].AllocID != fmt.Sprintf("a%02d", structs.MaxFenceFailures+2) {
@@ -132,8 +130,8 @@ func TestFenceFailure_BoundedToTheNewest(t *testing.T) {
 func TestFenceFailure_SameOnEveryReplicaAndThroughASnapshot(t *testing.T) {
 	h := newFenceHarness(t, structs.NodeLostFence)
 	h.registerNode(testNode("n2"))
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n2", hookFailed("b2", "v1"), hookFailed("b1", "v1")))
-	h.mustApply(structs.NodeRegisterRequestType, reportNode("n1", hookFailed("a1", "v1")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n2", hookFailed("b2", "v1"), hookFailed("b1", "v1")))
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", hookFailed("a1", "v1")))
 	if got := failuresOf(h, "v1"); got != "[n1/a1 n2/b1 n2/b2]" {
 		t.Fatalf("order exp: by node then alloc got: %s", got)
 	}
@@ -152,5 +150,30 @@ func TestFenceFailure_SameOnEveryReplicaAndThroughASnapshot(t *testing.T) {
 	vols, err := restored.State().VolumesWithFenceFailures(nil)
 	if err != nil || len(vols) != 1 || len(vols[0].FenceFailures) != 3 {
 		t.Fatalf("restored exp: v1 with 3 failures, indexed got: %v %v", vols, err)
+	}
+}
+
+// A report names a registered node and a valid report; anything else is
+// refused and changes nothing.
+func TestFenceFailure_ReportRefusals(t *testing.T) {
+	h := newFenceHarness(t, structs.NodeLostFence)
+	typ := structs.FenceReportRequestType | structs.IgnoreUnknownTypeFlag
+	if err := h.mustRefuse(typ, reportNode("nobody", hookFailed("a1", "v1")), structs.CodeNotFound); !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("unknown node exp: refusal naming it got: %v", err)
+	}
+	if err := h.mustRefuse(typ, &structs.FenceReportRequest{NodeID: "n1"}, structs.CodeInvalid); !strings.Contains(err.Error(), "report") {
+		t.Fatalf("no report exp: refusal naming report got: %v", err)
+	}
+	bad := reportNode("n1", &structs.FencedVolume{AllocID: "a1", VolumeID: ""})
+	if err := h.mustRefuse(typ, bad, structs.CodeInvalid); !strings.Contains(err.Error(), "last_fence.volumes[0].volume_id") {
+		t.Fatalf("bad volume ID exp: refusal naming the field got: %v", err)
+	}
+	// A registration that carries a report records nothing on the volume
+	// by itself: the leader writes the report entry after it.
+	n := testNode("n1")
+	n.LastFence = reportNode("n1", hookFailed("a1", "v1")).Report
+	h.mustApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
+	if v := h.volume("v1"); v.FenceFailures != nil {
+		t.Fatalf("registration alone exp: nothing on the volume got: %+v", v.FenceFailures)
 	}
 }

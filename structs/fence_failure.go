@@ -93,3 +93,24 @@ func (v *Volume) Health() VolumeHealth {
 	}
 	return VolumeHealthy
 }
+
+// FenceReportRequest records the fence report a node's registration
+// brought on the volumes it names (FenceReportRequestType). The leader
+// writes it after the registration, from the registration's checked and
+// sanitised report.
+type FenceReportRequest struct {
+	NodeID string
+	Report *FenceReport
+	WriteRequest
+}
+
+// Validate names the field at fault.
+func (r *FenceReportRequest) Validate() error {
+	if err := ValidateID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	if r.Report == nil {
+		return Invalid("report", "must not be null")
+	}
+	return r.Report.Validate()
+}
