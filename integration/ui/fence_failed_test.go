@@ -12,13 +12,14 @@ import (
 )
 
 // A node's failed fence (issue 39) on the volume page: the volume's health
-// is abnormal and an alert says where it may still be written and why.
+// is abnormal and an alert says where it may still be written and why; the
+// volumes page lists it first, marked.
 // The report comes as a node's registration brings it (a node of its own
 // here: the fence itself is integration/node_fence_loud_test.go's).
 func TestUI_VolumePageShowsAFailedFence(t *testing.T) {
 	needTools(t)
 	e := newUIEnv(t)
-	e.register(t, "bravo")
+	e.register(t, "alpha", "bravo")
 	at := time.Now().Add(-time.Minute).UTC()
 	n := &structs.Node{ID: "fenced-node", Name: "rack7-host3", SecretID: "fenced-node-secret", Status: structs.NodeStatusReady,
 		LastFence: &structs.FenceReport{At: at, LeaseRemaining: time.Second, Volumes: []*structs.FencedVolume{{
@@ -40,6 +41,16 @@ func TestUI_VolumePageShowsAFailedFence(t *testing.T) {
 		for (const want of ["fence failed", "may still be written on node rack7-host3", "alloc web-1", "fence command failed: fence command: exit status 1"]) {
 			if (!text.includes(want)) return "alert exp: " + want + " got: " + text;
 		}
+		return "";
+	})()`)
+	// The volumes page lists it first (alpha sorts first by ID), marked.
+	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/volumes"))
+	waitPage(t, ctx, 30*time.Second, "bravo listed first, marked fence failed", `(() => {
+		const rows = [...document.querySelectorAll("#volumes tbody tr[data-volume]")];
+		if (rows.length !== 2) return "rows: " + rows.length;
+		if (rows[0].dataset.volume !== "bravo") return "first: " + rows[0].dataset.volume;
+		if (!rows[0].querySelector("[data-fence-failed]")) return "bravo not marked: " + rows[0].innerText;
+		if (rows[1].querySelector("[data-fence-failed]")) return "alpha marked: " + rows[1].innerText;
 		return "";
 	})()`)
 	if html := eval[string](t, ctx, `document.documentElement.outerHTML`); strings.Contains(html, volumeSecret) {

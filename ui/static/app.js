@@ -331,9 +331,11 @@ pages.volumes = {
   },
   render({ vols, retry, nodes }) {
     const rows = vols.map((v) => ({ v, r: retry[v.id], state: releaseState(v, retry[v.id]), claims: claimsOf(v) }));
-    // Stuck and failing releases first (most attempts first), then
+    // Volumes a failed fence leaves possibly written on a node first
+    // (issue 39), then stuck and failing releases (most attempts first),
     // releases in progress, volumes in use, free volumes; by ID within.
-    rows.sort((a, b) => STATE_RANK[a.state] - STATE_RANK[b.state] ||
+    const fenceFailed = (v) => ((v.fence_failures || []).length ? 0 : 1);
+    rows.sort((a, b) => fenceFailed(a.v) - fenceFailed(b.v) || STATE_RANK[a.state] - STATE_RANK[b.state] ||
       ((b.r && b.r.attempts) || 0) - ((a.r && a.r.attempts) || 0) || a.v.id.localeCompare(b.v.id));
     const f = volumeFilters;
     const shown = rows.filter(({ v, state, claims }) =>
@@ -362,7 +364,8 @@ pages.volumes = {
         h("td", {}, v.plugin_id),
         h("td", {}, v.access_mode),
         h("td", {}, count("live") + " live / " + count("past") + " releasing"),
-        h("td", {}, badge(state, STATE_KIND[state])),
+        h("td", {}, badge(state, STATE_KIND[state]),
+          (v.fence_failures || []).length ? [" ", h("span", { class: "badge bad", "data-fence-failed": "" }, "fence failed")] : ""),
         h("td", { class: "attempts" }, r ? String(r.attempts) : "—"),
         h("td", { class: "last-error" }, r ? r.last_error : "—"),
         h("td", { class: "next-try" }, r ? h("time", { datetime: r.next_try, title: fmtTime(r.next_try) }, fmtRelative(r.next_try)) : "—"));
