@@ -196,6 +196,10 @@ func (w *Watcher) detachOnNode(g *leaderlease.Grant, vol *structs.Volume, c *str
 func (w *Watcher) fenceOrDetach(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim, node *structs.Node) (time.Time, error) {
 	at, expired := w.leases.LeaseExpiry(node.ID, node.Lease)
 	if at.IsZero() {
+		if node.Status == structs.NodeStatusReady {
+			// No lease clock (yet): a ready node detaches as before.
+			return time.Time{}, w.detachOnNode(g, vol, c)
+		}
 		return time.Time{}, fmt.Errorf("node %s is %s; this server is not counting leases (not leading)", c.NodeID, node.Status)
 	}
 	if expired {
