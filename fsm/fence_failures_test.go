@@ -177,3 +177,26 @@ func TestFenceFailure_ReportRefusals(t *testing.T) {
 		t.Fatalf("registration alone exp: nothing on the volume got: %+v", v.FenceFailures)
 	}
 }
+
+// Fence failures are the nodes' word: a register request cannot set or
+// clear them, and re-registering the volume keeps them.
+func TestFenceFailure_RegisterCannotSetOrClearThem(t *testing.T) {
+	h := mustNewHarness(t)
+	h.registerNode(testNode("n1"))
+	forged := testVolume("v1", structs.AccessModeSingleNodeWriter)
+	forged.FenceFailures = []*structs.FenceFailure{{NodeID: "n1", AllocID: "x", Error: "forged"}}
+	h.registerVolumes(forged)
+	if v := h.volume("v1"); v.FenceFailures != nil {
+		t.Fatalf("register with fence_failures exp: ignored got: %+v", v.FenceFailures)
+	}
+	h.mustApply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, reportNode("n1", hookFailed("a1", "v1")))
+	again := testVolume("v1", structs.AccessModeSingleNodeWriter)
+	again.Parameters = map[string]string{"changed": "yes"}
+	h.registerVolumes(again)
+	if got := failuresOf(h, "v1"); got != "[n1/a1]" {
+		t.Fatalf("re-registered volume exp: failure kept got: %s", got)
+	}
+	if vols, _ := h.f.State().VolumesWithFenceFailures(nil); len(vols) != 1 {
+		t.Fatalf("index after re-registration exp: v1 got: %v", vols)
+	}
+}
