@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
@@ -207,4 +208,68 @@ func (w *leaderWatch) stop() time.Time {
 	}
 	<-w.stopped
 	return w.since
+}
+
+// The other side of the bound: a node that keeps heartbeating keeps its
+// lease, so however long its unmount fails, its fence-policy claim is
+// never fenced (the servers would otherwise give the volume to another
+// node while this one, alive and renewing, still has it mounted). The
+// release retries the node detach and finishes through it once the
+// plugin recovers.
+func TestNodeFence_ALiveNodeWhoseUnmountFailsIsNeverFenced(t *testing.T) {
+	e := newFenceEnv(t, 1)
+	e.registerPolicy(t, "vf", structs.NodeLostFence)
+	e.run(t, "a1", "w1", "vf")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	w1 := e.clients["w1"]
+	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 100000}})
+	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	// Watch for twice the lease's expiry: the claim stays past, unfenced,
+	// its node ready; no controller detach.
+	watchFor := 2 * structs.LeaseExpiry(fenceLease)
+	sawRetry := false
+	for time.Since(stopped) < watchFor {
+		ctx := harness.Ctx(t, 10*time.Second)
+		c := e.claimOf(t, "vf", "a1")
+		if c == nil || c.Fenced || c.State.Rank() >= structs.ClaimStateNodeDetached.Rank() {
+			t.Fatalf("claim of a1 on a live node whose unmount fails exp: past, waiting for its node detach got: %+v", c)
+		}
+		n, _, err := e.api.Node(ctx, w1.NodeID(), structs.QueryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status != structs.NodeStatusReady {
+			t.Fatalf("node w1, heartbeating exp: ready got: %s", n.Status)
+		}
+		if st, err := e.api.ReleaseStatus(ctx); err == nil && st["vf"].Attempts > 0 {
+			sawRetry = true
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	if !sawRetry {
+		t.Fatal("release of vf exp: retried node detaches seen in the release status got: none")
+	}
+	if n := countCalls(e.controller.Audit(), "ControllerUnpublishVolume", "ext-vf", ""); n != 0 {
+		t.Fatalf("controller detach while the node still holds the volume exp: none got: %d", n)
+	}
+	e.nodes["w1"].SetControl(hostdir.Control{Seq: 1})
+	e.waitFreed(t, "vf", 60*time.Second)
+	v, _, err := e.api.Volume(harness.Ctx(t, 10*time.Second), "vf", structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Released[len(v.Released)-1]; c.AllocID != "a1" || c.Fenced || c.ReleasePath() != structs.ReleasePathNodeDetach {
+		t.Fatalf("released claim of a1 exp: through the node detach, not fenced got: %+v", c)
+	}
+	unpub := firstOK(e.nodes["w1"].Audit(), "NodeUnpublishVolume", "ext-vf", "")
+	ctrl := firstOK(e.controller.Audit(), "ControllerUnpublishVolume", "ext-vf", "ext-w1")
+	if unpub.IsZero() || ctrl.IsZero() || !unpub.Before(ctrl) {
+		t.Fatalf("order exp: w1 NodeUnpublish ok < ControllerUnpublish got: %s, %s", unpub, ctrl)
+	}
 }
