@@ -94,7 +94,7 @@ func recordFenceReport(tx *txn, nodeID string, r *structs.FenceReport) {
 	byVol := map[string][]*structs.FencedVolume{}
 	var ids []string
 	for _, fv := range r.Volumes {
-		if fv == nil {
+		if fv == nil || !reportsOwnClaim(tx, nodeID, fv) {
 			continue
 		}
 		if _, ok := byVol[fv.VolumeID]; !ok {
@@ -119,6 +119,27 @@ func recordFenceReport(tx *txn, nodeID string, r *structs.FenceReport) {
 		v.FenceFailures = boundFailures(fs)
 		tx.put(TableVolumes, v)
 	}
+}
+
+// reportsOwnClaim: a node speaks only of its own allocations. A line
+// naming an allocation the state knows on another node, or one that never
+// asked for the volume, is skipped (it can neither raise nor clear another
+// node's word); an allocation no longer known (collected) is taken on the
+// node's word, so that a late report still counts.
+func reportsOwnClaim(tx *txn, nodeID string, fv *structs.FencedVolume) bool {
+	a := getAlloc(tx, fv.AllocID)
+	if a == nil {
+		return true
+	}
+	if a.NodeID != nodeID {
+		return false
+	}
+	for _, r := range a.Volumes {
+		if r.VolumeID == fv.VolumeID {
+			return true
+		}
+	}
+	return false
 }
 
 // mergeFenceFailure replaces the node's entry for fv's claim with fv's

@@ -200,3 +200,28 @@ func TestFenceFailure_RegisterCannotSetOrClearThem(t *testing.T) {
 		t.Fatalf("index after re-registration exp: v1 got: %v", vols)
 	}
 }
+
+// A node speaks only of its own allocations: a line about another node's
+// allocation, or about a volume the allocation never asked for, is
+// skipped; an allocation the state no longer knows is taken on its word.
+func TestFenceFailure_ANodeReportsOnlyItsOwnClaims(t *testing.T) {
+	h := newFenceHarness(t, structs.NodeLostFence) // a1 on n1 claims v1
+	h.registerNode(testNode("n2"))
+	h.registerVolumes(testVolume("v2", structs.AccessModeSingleNodeWriter))
+	typ := structs.FenceReportRequestType | structs.IgnoreUnknownTypeFlag
+	h.mustApply(typ, reportNode("n2", hookFailed("a1", "v1")))
+	h.mustApply(typ, reportNode("n1", hookFailed("a1", "v2")))
+	if a, b := failuresOf(h, "v1"), failuresOf(h, "v2"); a != "[]" || b != "[]" {
+		t.Fatalf("foreign or unclaimed lines exp: skipped got: v1 %s v2 %s", a, b)
+	}
+	h.mustApply(typ, reportNode("n2", hookFailed("collected", "v1")))
+	h.mustApply(typ, reportNode("n1", hookFailed("a1", "v1")))
+	if got := failuresOf(h, "v1"); got != "[n1/a1 n2/collected]" {
+		t.Fatalf("own and unknown allocations exp: recorded got: %s", got)
+	}
+	// n2 cannot clear n1's word on n1's allocation.
+	h.mustApply(typ, reportNode("n2", fenceOK("a1", "v1")))
+	if got := failuresOf(h, "v1"); got != "[n1/a1 n2/collected]" {
+		t.Fatalf("another node's all-clear exp: ignored got: %s", got)
+	}
+}
