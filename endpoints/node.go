@@ -68,6 +68,15 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err != nil {
 		return err
 	}
+	// The report the registration brought, on the volumes it names
+	// (issue 39): before the answer, so that an agent whose report was
+	// not recorded sends it again with its next registration.
+	if f := args.Node.LastFence; f != nil && len(f.Volumes) > 0 {
+		req := &structs.FenceReportRequest{NodeID: args.Node.ID, Report: f}
+		if _, index, err = n.srv.Apply(structs.FenceReportRequestType|structs.IgnoreUnknownTypeFlag, req); err != nil {
+			return err
+		}
+	}
 	// Bound only once the state machine took the registration: two
 	// callers racing for a new ID both pass allowRegister, and the one
 	// the state machine refuses must not keep the session (issue 38).

@@ -158,6 +158,14 @@ func refuseIfAbnormal(state *fsm.StateStore, args *structs.VolumeClaimRequest) e
 	if c := vol.Claim(args.AllocID); c != nil {
 		return nil
 	}
+	// A node's failed fence makes the volume abnormal too (issue 39): it
+	// may still be written there. It is state, but refused here all the
+	// same, with the storage's word, as one rule.
+	if len(vol.FenceFailures) > 0 {
+		f := vol.FenceFailures[0]
+		return structs.NewError(structs.CodeUnschedulable, fmt.Sprintf(
+			"volume %q is abnormal: it %s; it refuses new claims (refuse_claims_when_abnormal)", vol.ID, f.Warning()))
+	}
 	report, err := state.StorageReport(nil, vol.PluginID)
 	if err != nil || report == nil {
 		return nil

@@ -129,6 +129,7 @@ func applyNodeDeregister(tx *txn, req *structs.NodeDeregisterRequest) (any, erro
 			return nil, structs.NotFound("node", id)
 		}
 		loseNodeAllocs(tx, id)
+		clearNodeFenceFailures(tx, id) // fence_failures.go
 		tx.remove(TableNodes, old)
 		reserveIdentity(tx, old)
 		syncPlugins(tx, id, old, nil)

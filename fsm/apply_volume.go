@@ -33,6 +33,7 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
 		// The release history is the servers' record, never the spec's.
 		v.Released, v.Repairs, v.MutableParameters, v.Evals = nil, nil, nil, nil
+		v.FenceFailures = nil // the nodes' word, never the spec's (fence_failures.go)
 		v.CurrentAccessMode, v.CurrentAttachmentMode = "", ""
 		v.CreateIndex, v.ModifyIndex = tx.index, tx.index
 		if old := getVolume(tx, in.ID); old != nil {
@@ -45,6 +46,8 @@ func applyVolumeRegister(tx *txn, req *structs.VolumeRegisterRequest) (any, erro
 			v.ReadClaims, v.WriteClaims, v.PastClaims = old.ReadClaims, old.WriteClaims, old.PastClaims
 			v.CurrentAccessMode, v.CurrentAttachmentMode = old.CurrentAccessMode, old.CurrentAttachmentMode
 			v.Released, v.Repairs, v.Evals = old.Released, old.Repairs, old.Evals
+			// A re-registration does not stop a writer a failed fence left.
+			v.FenceFailures = old.FenceFailures
 			// Mutable parameters change only through a modification the
 			// plugin did, for the same storage object.
 			v.MutableParameters = nil

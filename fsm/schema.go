@@ -83,6 +83,7 @@ func schema() *memdb.DBSchema {
 				Indexer: claimNodeIndexer{}},
 			indexPendingSince: {Name: indexPendingSince, AllowMissing: true,
 				Indexer: pendingSinceIndexer{}},
+			indexFenceFailed: fenceFailedSchema(), // fence_failures.go
 		}},
 		TableAllocs: {Name: TableAllocs, Indexes: map[string]*memdb.IndexSchema{
 			indexID:   primary(func(a *structs.Alloc) string { return a.ID }),

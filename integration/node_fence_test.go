@@ -15,6 +15,7 @@ import (
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -36,7 +37,41 @@ type fenceEnv struct {
 
 func newFenceEnv(t *testing.T, clockRate float64) *fenceEnv {
 	t.Helper()
-	c := harness.NewCluster(t, 3, harness.Options{})
+	return newFenceEnvOpts(t, fenceOpts{clockRate: clockRate})
+}
+
+// fenceOpts vary the fence environment: w1's lease and clock, the
+// servers' heartbeat TTL, and what the fence command does after killing
+// the writer.
+type fenceOpts struct {
+	clockRate float64       // w1's clock rate (0: 1)
+	lease     time.Duration // w1's lease (0: fenceLease)
+	ttl       time.Duration // the servers' heartbeat TTL (0: the harness's)
+	// hookFails: the fence command exits 1 with a message and kills
+	// nothing (a hook that cannot reach the workload).
+	hookFails bool
+	// configure edits every server's config last.
+	configure func(*server.Config)
+}
+
+func newFenceEnvOpts(t *testing.T, o fenceOpts) *fenceEnv {
+	t.Helper()
+	if o.clockRate == 0 {
+		o.clockRate = 1
+	}
+	if o.lease == 0 {
+		o.lease = fenceLease
+	}
+	var opts harness.Options
+	opts.Configure = func(cfg *server.Config) {
+		if o.ttl > 0 {
+			cfg.HeartbeatTTL = o.ttl
+		}
+		if o.configure != nil {
+			o.configure(cfg)
+		}
+	}
+	c := harness.NewCluster(t, 3, opts)
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	dir := t.TempDir()
@@ -54,19 +89,24 @@ func newFenceEnv(t *testing.T, clockRate float64) *fenceEnv {
 	}
 	e.api = c.Servers[0].Client()
 	// The fence command kills the workload writing through the mount
-	// (found by its pid file) and waits until it is gone.
-	hook := fmt.Sprintf(`echo "$CLAIMD_NODE_ID $CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID $CLAIMD_MOUNT_PATH" >> %s
+	// (found by its pid file) and waits until it is gone. Each run is
+	// logged with when it started (unix ns).
+	hook := fmt.Sprintf(`echo "$(date +%%s%%N) $CLAIMD_NODE_ID $CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID $CLAIMD_MOUNT_PATH" >> %s
 pid=$(cat %s/$CLAIMD_ALLOC_ID-$CLAIMD_VOLUME_ID 2>/dev/null) || exit 0
 kill -9 "$pid" 2>/dev/null
 i=0; while [ -d /proc/"$pid" ] && [ "$(cut -d' ' -f3 /proc/"$pid"/stat 2>/dev/null)" != Z ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done`,
 		e.hookLog, e.pidDir)
+	if o.hookFails {
+		hook = fmt.Sprintf(`echo "$(date +%%s%%N) $CLAIMD_NODE_ID $CLAIMD_ALLOC_ID $CLAIMD_VOLUME_ID $CLAIMD_MOUNT_PATH" >> %s
+echo "cannot reach the workload of $CLAIMD_ALLOC_ID" >&2; exit 1`, e.hookLog)
+	}
 	for i, w := range []string{"w1", "w2"} {
 		p := harness.StartPlugin(t, w, hostdir.ModeNode, e.root)
 		e.nodes[w] = p
 		var edit func(*client.Config)
 		if w == "w1" {
 			edit = func(cfg *client.Config) {
-				cfg.NodeLease, cfg.FenceCommand, cfg.ClockRate = fenceLease, hook, clockRate
+				cfg.NodeLease, cfg.FenceCommand, cfg.ClockRate = o.lease, hook, o.clockRate
 			}
 		}
 		order := append(append([]string{}, addrs[i%3:]...), addrs[:i%3]...)

@@ -41,6 +41,7 @@ func (s *Server) setGauges() {
 	metrics.SetGauge([]string{"watcher", "pending_evals"}, float32(st.PendingEvals))
 	metrics.SetGauge([]string{"watcher", "queued"}, float32(st.Queued))
 	metrics.SetGauge([]string{"watcher", "backoff"}, float32(st.Backoff))
+	s.checkFenceFailures() // fence_alarm.go
 	nodes, err := s.State().Nodes(nil)
 	if err != nil {
 		return

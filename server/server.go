@@ -49,6 +49,7 @@ type Server struct {
 	// reconciler compares the storage with the record (issue 27).
 	reconciler *reconcile.Reconciler
 	beats      *watcher.Heartbeats
+	fenceAlarm fenceAlarm // fence_alarm.go
 	attach     *attachment.Manager
 	// lease is the storage lease: storage calls only within it (decision 46).
 	lease *leaderlease.Lease

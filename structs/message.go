@@ -56,6 +56,11 @@ const (
 	// admission back (issue 38).
 	PluginAdmitControllerRequestType  MessageType = 25
 	PluginRevokeControllerRequestType MessageType = 26
+	// FenceReportRequestType records a node's fence report on the volumes
+	// it names (issue 39: a failed fence is shown on the volume). It is
+	// advisory, written with IgnoreUnknownTypeFlag like a storage report:
+	// a server of an older version skips it during a rolling upgrade.
+	FenceReportRequestType MessageType = 27
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -142,6 +142,10 @@ type Volume struct {
 	// reconciliation detached from this volume (issue 27): the release
 	// timeline of attachments no claim explained.
 	Repairs []*StorageRepair `json:"repairs,omitempty"`
+	// FenceFailures are the fences of this volume that a node reported
+	// failed and has not reported done since (structs.FenceFailure),
+	// sorted by node then alloc: the volume may still be written there.
+	FenceFailures []*FenceFailure `json:"fence_failures,omitempty"`
 	// MutableParameters are the parameters a ControllerModifyVolume set
 	// (`claimd volume modify`), recorded once the plugin did it.
 	MutableParameters map[string]string `json:"mutable_parameters,omitempty"`
@@ -399,6 +403,13 @@ func (v *Volume) Copy() *Volume {
 		for i, r := range v.Repairs {
 			rr := *r
 			c.Repairs[i] = &rr
+		}
+	}
+	if v.FenceFailures != nil {
+		c.FenceFailures = make([]*FenceFailure, len(v.FenceFailures))
+		for i, f := range v.FenceFailures {
+			ff := *f
+			c.FenceFailures[i] = &ff
 		}
 	}
 	// Stored evals are immutable: the state store replaces one, never

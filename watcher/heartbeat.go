@@ -14,7 +14,12 @@ import (
 // Heartbeats keeps one timer per ready node on the leader. A node whose
 // timer fires is marked down through Raft; the state machine then makes its
 // allocations lost and their claims past. Their release waits for the node
-// to come back (detach needs the node) or for an operator's -force.
+// to come back (detach needs the node) or for an operator's -force, or,
+// under node_lost fence, for the node's lease. A node that holds a lease is
+// marked down no later than when its lease runs out on this leader's clock
+// (structs.LeaseExpiry after the last heartbeat received): by then it has
+// fenced itself, and a release must not wait for a heartbeat TTL longer
+// than the lease (decision 39, the bound).
 type Heartbeats struct {
 	state  StateSource
 	apply  Applier
@@ -70,7 +75,7 @@ func (h *Heartbeats) SetEnabled(enabled bool) {
 	}
 	for _, n := range nodes {
 		if n.Status == structs.NodeStatusReady {
-			h.resetLocked(n.ID, h.ttl+2*h.grace)
+			h.resetLocked(n.ID, h.ttl+2*h.grace, n.Lease)
 		}
 	}
 }
@@ -97,14 +102,26 @@ func (h *Heartbeats) Reset(nodeID string) {
 // of the heartbeat's handling: the lease argument needs the receive time,
 // not a later one.
 func (h *Heartbeats) Received(nodeID string, at time.Time) {
+	// The node's lease bounds its timer: read before the lock (a state
+	// read; the registration that set the lease committed before this).
+	lease := h.nodeLease(nodeID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.enabled {
-		h.resetLocked(nodeID, h.ttl+h.grace)
 		if at.After(h.lastSeen[nodeID]) {
 			h.lastSeen[nodeID] = at
 		}
+		h.resetLocked(nodeID, h.ttl+h.grace, lease)
 	}
+}
+
+// nodeLease is the lease a node holds (0: none, or not known here).
+func (h *Heartbeats) nodeLease(nodeID string) time.Duration {
+	n, err := h.state.State().NodeByID(nil, nodeID)
+	if err != nil || n == nil {
+		return 0
+	}
+	return n.Lease
 }
 
 // LeaseExpiry says when this leader takes the node's lease as run out:
@@ -126,19 +143,34 @@ func (h *Heartbeats) LeaseExpiry(nodeID string, lease time.Duration) (at time.Ti
 	return at, !time.Now().Before(at)
 }
 
-func (h *Heartbeats) resetLocked(nodeID string, d time.Duration) {
+// resetLocked arms a node's timer to fire after d, or when its lease runs
+// out on this leader's clock if that comes first (lease > 0).
+func (h *Heartbeats) resetLocked(nodeID string, d, lease time.Duration) {
 	if t, ok := h.timers[nodeID]; ok {
 		t.Stop()
 	}
+	leaseRanOut := false
+	if lease > 0 {
+		from, ok := h.lastSeen[nodeID]
+		if !ok {
+			from = h.since
+		}
+		// LeaseExpiry takes the lease as run out at exactly from+this: the
+		// timer fires no sooner, so the release it starts finds it so.
+		if untilOut := time.Until(from.Add(structs.LeaseExpiry(lease))); untilOut < d {
+			d, leaseRanOut = max(untilOut, 0), true
+		}
+	}
 	h.gen++
 	gen := h.gen
-	h.timers[nodeID] = time.AfterFunc(d, func() { h.expire(nodeID, gen) })
+	h.timers[nodeID] = time.AfterFunc(d, func() { h.expire(nodeID, gen, leaseRanOut) })
 	h.gens[nodeID] = gen
 }
 
 // expire marks the node down, unless the timer that fired was replaced by
-// a heartbeat that raced with it.
-func (h *Heartbeats) expire(nodeID string, gen uint64) {
+// a heartbeat that raced with it. leaseRanOut: it fired for the node's
+// lease, before the heartbeat TTL.
+func (h *Heartbeats) expire(nodeID string, gen uint64, leaseRanOut bool) {
 	h.mu.Lock()
 	if !h.enabled || h.gens[nodeID] != gen {
 		h.mu.Unlock()
@@ -147,7 +179,11 @@ func (h *Heartbeats) expire(nodeID string, gen uint64) {
 	delete(h.timers, nodeID)
 	delete(h.gens, nodeID)
 	h.mu.Unlock()
-	h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
+	if leaseRanOut {
+		h.logger.Warn("node's lease ran out before its heartbeat TTL; marking it down", "node", nodeID)
+	} else {
+		h.logger.Warn("node missed its heartbeat; marking it down", "node", nodeID)
+	}
 	metrics.IncrCounter([]string{"heartbeat", "missed"}, 1)
 	req := &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: structs.NodeStatusDown}
 	_, _, err := h.apply.Apply(structs.NodeUpdateStatusRequestType, req)
@@ -158,7 +194,7 @@ func (h *Heartbeats) expire(nodeID string, gen uint64) {
 		h.logger.Error("marking node down failed; will retry", "node", nodeID, "error", err)
 		h.mu.Lock()
 		if h.enabled {
-			h.resetLocked(nodeID, h.grace)
+			h.resetLocked(nodeID, h.grace, 0)
 		}
 		h.mu.Unlock()
 	}

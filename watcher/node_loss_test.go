@@ -39,6 +39,14 @@ func (m *manualLeases) set(at time.Time, expired bool) {
 // the claim past), instead of the alloc completing.
 func setupLost(t *testing.T, l *fsmtest.Local, policy structs.NodeLostPolicy) {
 	t.Helper()
+	setupLeaseClaim(t, l, policy)
+	l.Must(t, structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusDown})
+}
+
+// setupLeaseClaim: node n1 holds a 5 s lease and a live write claim of
+// alloc a1 on v1 (node_lost policy), with a controller on c1.
+func setupLeaseClaim(t *testing.T, l *fsmtest.Local, policy structs.NodeLostPolicy) {
+	t.Helper()
 	info := &structs.CSIInfo{PluginID: "p", Healthy: true, RequiresControllerPlugin: true, ExternalNodeID: "ext-n1"}
 	ctrl := &structs.CSIInfo{PluginID: "p", Healthy: true, RequiresControllerPlugin: true}
 	l.Must(t, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: &structs.Node{
@@ -57,7 +65,6 @@ func setupLost(t *testing.T, l *fsmtest.Local, policy structs.NodeLostPolicy) {
 	if err := resp.Results[0].Err(); err != nil {
 		t.Fatal(err)
 	}
-	l.Must(t, structs.NodeUpdateStatusRequestType, &structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusDown})
 }
 
 func startLeaseWatcher(t *testing.T, l *fsmtest.Local, leases LeaseClock) (*Watcher, *recordingCSI) {

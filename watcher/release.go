@@ -162,18 +162,76 @@ func (w *Watcher) nodeDetach(g *leaderlease.Grant, vol *structs.Volume, c *struc
 	if node == nil {
 		return time.Time{}, fmt.Errorf("node %s is deregistered; waiting (an operator can run `claimd volume detach -force %s %s`)", c.NodeID, vol.ID, c.NodeID)
 	}
+	if policy == structs.NodeLostFence && node.Lease > 0 && w.leases != nil {
+		return w.fenceOrDetach(g, vol, c, node)
+	}
 	if node.Status != structs.NodeStatusReady {
 		if policy == structs.NodeLostFence {
 			return w.leaseRanOut(vol, c, node)
 		}
 		return time.Time{}, fmt.Errorf("node %s is %s; waiting for it to come back", c.NodeID, node.Status)
 	}
+	return time.Time{}, w.detachOnNode(g, vol, c)
+}
+
+func (w *Watcher) detachOnNode(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim) error {
 	req := &structs.ClientCSINodeDetachRequest{
 		NodeID: c.NodeID, PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID,
 		AllocID: c.AllocID, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 		ReadOnly: c.Mode == structs.ClaimModeRead,
 	}
-	return time.Time{}, w.attach.NodeDetach(g, req, &structs.ClientCSINodeDetachResponse{})
+	return w.attach.NodeDetach(g, req, &structs.ClientCSINodeDetachResponse{})
+}
+
+// fenceOrDetach releases a fence-policy claim of a node that holds a
+// lease. The lease decides, not the node's status: once this leader's
+// lease clock says the lease certainly ran out, the node has fenced
+// itself, whether or not it has been marked down yet (the down mark comes
+// after the heartbeat TTL and grace, which may be longer than the lease),
+// and the claim is fenced. Until then a ready node detaches as any other;
+// when it cannot (it is cut off, its plugin fails), the retry comes when
+// the lease runs out, not on the backoff, so the bound stays
+// structs.LeaseExpiry after the last heartbeat. A node that heartbeats
+// keeps its lease live and is only ever node-detached.
+func (w *Watcher) fenceOrDetach(g *leaderlease.Grant, vol *structs.Volume, c *structs.Claim, node *structs.Node) (time.Time, error) {
+	at, expired := w.leases.LeaseExpiry(node.ID, node.Lease)
+	if at.IsZero() {
+		if node.Status == structs.NodeStatusReady {
+			// No lease clock (yet): a ready node detaches as before.
+			return time.Time{}, w.detachOnNode(g, vol, c)
+		}
+		return time.Time{}, fmt.Errorf("node %s is %s; this server is not counting leases (not leading)", c.NodeID, node.Status)
+	}
+	if expired {
+		if node.Status == structs.NodeStatusReady {
+			// The state machine takes a fenced checkpoint only for a node
+			// that is not ready (a node that is back detaches for itself):
+			// mark it down first, as its heartbeat timer is about to.
+			if err := w.markLeaseLost(node.ID); err != nil {
+				return time.Time{}, err
+			}
+		}
+		return at.Round(0).UTC(), nil
+	}
+	if node.Status != structs.NodeStatusReady {
+		return time.Time{}, &leaseWait{node: node.ID, at: at}
+	}
+	if err := w.detachOnNode(g, vol, c); err != nil {
+		return time.Time{}, &leaseWait{node: node.ID, at: at, cause: err}
+	}
+	return time.Time{}, nil
+}
+
+// markLeaseLost marks a node whose lease ran out down. Only the leader
+// counts leases, and it does not renew one any more once it ran out on
+// its clock: a node that heartbeats again re-registers ready.
+func (w *Watcher) markLeaseLost(nodeID string) error {
+	w.logger.Warn("node's lease ran out on the leader's clock and it is not marked down yet; marking it down", "node", nodeID)
+	req := &structs.NodeUpdateStatusRequest{NodeID: nodeID, Status: structs.NodeStatusDown}
+	if _, _, err := w.apply.Apply(structs.NodeUpdateStatusRequestType, req); err != nil {
+		return fmt.Errorf("marking node %s down after its lease ran out: %w", nodeID, err)
+	}
+	return nil
 }
 
 // lostClaim: the claim's allocation was lost with its node (or the node
@@ -186,17 +244,25 @@ func (w *Watcher) lostClaim(c *structs.Claim, node *structs.Node) bool {
 	return err != nil || alloc == nil || alloc.ClientStatus == structs.AllocClientLost
 }
 
-// leaseWait is a release waiting for a lost node's lease to run out; the
-// worker retries right when it does.
+// leaseWait is a release waiting for a node's lease to run out; the
+// worker retries right when it does. cause is the node detach that failed
+// meanwhile (nil: the node is lost, nothing to try before the lease).
 type leaseWait struct {
-	node string
-	at   time.Time
+	node  string
+	at    time.Time
+	cause error
 }
 
 func (e *leaseWait) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("%v (node_lost fence: retried by %s at the latest, when node %s's lease runs out, then its node detach is skipped)",
+			e.cause, e.at.UTC().Format(time.RFC3339Nano), e.node)
+	}
 	return fmt.Sprintf("node %s is lost; its lease runs out at %s (node_lost fence), then its node detach is skipped",
 		e.node, e.at.UTC().Format(time.RFC3339Nano))
 }
+
+func (e *leaseWait) Unwrap() error { return e.cause }
 
 // leaseRanOut returns when the lost node's lease ran out, or a leaseWait
 // until it does. A node without a lease never fenced anything: its claims

@@ -280,7 +280,7 @@ func (w *Watcher) finish(ctx context.Context, volID string, err error) {
 		delay = min(delay, max(time.Until(lw.at), 0)+10*time.Millisecond)
 		// Waiting for a lease is expected, not a failure: say so once
 		// per lease expiry, not on every retry.
-		if !v.status.LeaseExpiresAt.Equal(lw.at) {
+		if lw.cause == nil && !v.status.LeaseExpiresAt.Equal(lw.at) {
 			w.logger.Info("release waits for a lost node's lease to run out", "volume", volID, "node", lw.node,
 				"lease_runs_out", lw.at.Round(0).UTC())
 		}
@@ -321,7 +321,7 @@ func onlyLeaseWaits(err error) bool {
 		return true
 	}
 	var lw *leaseWait
-	return errors.As(err, &lw)
+	return errors.As(err, &lw) && lw.cause == nil
 }
 
 // backoff is called with w.mu held (SetBackoff changes the bounds).

@@ -154,7 +154,11 @@ func printVolume(w io.Writer, v *structs.Volume, retry *structs.ReleaseStatus) {
 	fmt.Fprintf(tw, "Create Index\t= %d\n", v.CreateIndex)
 	fmt.Fprintf(tw, "Current Modes\t= %s %s\n", orDash(string(v.CurrentAccessMode)), string(v.CurrentAttachmentMode))
 	fmt.Fprintf(tw, "Modify Index\t= %d\n", v.ModifyIndex)
+	if v.Health() != structs.VolumeHealthy {
+		fmt.Fprintf(tw, "Health\t= %s (a node reported that its fence of this volume failed)\n", v.Health())
+	}
 	tw.Flush()
+	printFenceFailures(w, v)
 	printClaims(w, v, retry)
 	printTimelines(w, v)
 }
@@ -228,4 +232,19 @@ func formatSecretKeys(s structs.Secrets) string {
 		return "-"
 	}
 	return strings.Join(structs.SortedKeys(s), ",") + " (values hidden)"
+}
+
+// printFenceFailures warns of every fence of the volume a node reported
+// failed (issue 39): the volume may still be written there, whatever its
+// claims say.
+func printFenceFailures(w io.Writer, v *structs.Volume) {
+	if len(v.FenceFailures) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, f := range v.FenceFailures {
+		fmt.Fprintf(w, "WARNING: volume %s %s (fence started %s, reported at index %d)\n",
+			v.ID, f.Warning(), f.FencedAt.UTC().Format(time.RFC3339), f.ReportIndex)
+	}
+	fmt.Fprintln(w, "  The node's writer must be stopped there by hand, or the node report its fence done; `claimd node deregister` of a node that is gone for good clears it.")
 }

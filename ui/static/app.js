@@ -331,9 +331,11 @@ pages.volumes = {
   },
   render({ vols, retry, nodes }) {
     const rows = vols.map((v) => ({ v, r: retry[v.id], state: releaseState(v, retry[v.id]), claims: claimsOf(v) }));
-    // Stuck and failing releases first (most attempts first), then
+    // Volumes a failed fence leaves possibly written on a node first
+    // (issue 39), then stuck and failing releases (most attempts first),
     // releases in progress, volumes in use, free volumes; by ID within.
-    rows.sort((a, b) => STATE_RANK[a.state] - STATE_RANK[b.state] ||
+    const fenceFailed = (v) => ((v.fence_failures || []).length ? 0 : 1);
+    rows.sort((a, b) => fenceFailed(a.v) - fenceFailed(b.v) || STATE_RANK[a.state] - STATE_RANK[b.state] ||
       ((b.r && b.r.attempts) || 0) - ((a.r && a.r.attempts) || 0) || a.v.id.localeCompare(b.v.id));
     const f = volumeFilters;
     const shown = rows.filter(({ v, state, claims }) =>
@@ -362,7 +364,8 @@ pages.volumes = {
         h("td", {}, v.plugin_id),
         h("td", {}, v.access_mode),
         h("td", {}, count("live") + " live / " + count("past") + " releasing"),
-        h("td", {}, badge(state, STATE_KIND[state])),
+        h("td", {}, badge(state, STATE_KIND[state]),
+          (v.fence_failures || []).length ? [" ", h("span", { class: "badge bad", "data-fence-failed": "" }, "fence failed")] : ""),
         h("td", { class: "attempts" }, r ? String(r.attempts) : "—"),
         h("td", { class: "last-error" }, r ? r.last_error : "—"),
         h("td", { class: "next-try" }, r ? h("time", { datetime: r.next_try, title: fmtTime(r.next_try) }, fmtRelative(r.next_try)) : "—"));
@@ -446,6 +449,12 @@ function storageSection(v, report) {
   return out;
 }
 
+// fenceWhat says what failed in a node's fence (structs.FenceFailure.What).
+function fenceWhat(f) {
+  const what = f.hook_ok ? "unmount failed" : "fence command failed";
+  return f.error ? what + ": " + f.error : what;
+}
+
 pages.volume = {
   keepError: true,
   async load(params, index, signal) {
@@ -473,8 +482,17 @@ pages.volume = {
         h("dt", {}, "Access / attachment"), h("dd", {}, v.access_mode + " / " + v.attachment_mode),
         h("dt", {}, "In use as"), h("dd", {}, v.current_access_mode || "—"),
         h("dt", {}, "Node lost"), h("dd", { "data-node-lost": v.node_lost || "wait" }, v.node_lost || "wait"),
+        h("dt", {}, "Health"), h("dd", { "data-health": (v.fence_failures || []).length ? "abnormal" : "healthy" },
+          (v.fence_failures || []).length ? badge("abnormal", "bad") : badge("healthy", "ok")),
         h("dt", {}, "Secrets"), h("dd", {}, Object.keys(v.secrets || {}).length + " (never shown)"),
         h("dt", {}, "Raft index"), h("dd", {}, "created " + v.create_index + ", modified " + v.modify_index)));
+    // A node's failed fence (issue 39): the volume may still be written
+    // there, whatever its claims say.
+    for (const f of v.fence_failures || []) {
+      out.append(h("p", { class: "stuck", role: "alert", "data-fence-failed": f.node_id + "/" + f.alloc_id },
+        badge("fence failed", "bad"), " may still be written on node ", nodeLink(nodes, f.node_id),
+        " (alloc " + f.alloc_id + "): " + fenceWhat(f) + "; fence started ", h("time", { datetime: f.fenced_at }, fmtTime(f.fenced_at)), "."));
+    }
     if (retry) {
       out.append(h("p", { class: "stuck" }, badge("release failing", "bad"), " ", retry.attempts + " attempts; last error: ",
         h("span", { class: "last-error" }, retry.last_error), "; next try ", fmtRelative(retry.next_try)));
