@@ -39,8 +39,10 @@ func (f *fencer) checkLoop() {
 		case <-f.a.ctx.Done():
 			return
 		}
-		ok := f.reportFencedAllocs()
-		if !f.checkHeld() {
+		// Held claims first: one the servers released joins the
+		// fenced allocations reported failed just after.
+		ok := f.checkHeld()
+		if !f.reportFencedAllocs() {
 			ok = false
 		}
 		retry = nil
@@ -126,9 +128,18 @@ func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {
 // unmount it then).
 func claimHeldFor(v *structs.Volume, allocID, nodeID string) (bool, string, error) {
 	cl := v.Claim(allocID)
+	if cl == nil {
+		// Freed already: the last freed claims say how, if it is there.
+		for _, r := range v.Released {
+			if r != nil && r.AllocID == allocID && r.NodeID == nodeID {
+				cl = r
+			}
+		}
+		if cl == nil {
+			return false, "the volume's claims no longer list this allocation", nil
+		}
+	}
 	switch {
-	case cl == nil:
-		return false, "the volume's claims no longer list this allocation", nil
 	case cl.NodeID != nodeID:
 		return false, fmt.Sprintf("the volume's claim of this allocation is on node %s", cl.NodeID), nil
 	case cl.State.Rank() >= structs.ClaimStateNodeDetached.Rank():

@@ -36,6 +36,9 @@ func (f *fencer) run() {
 		if claims := f.held.fenceable(); len(claims) > 0 {
 			f.a.logger.Error("agent started without a node lease shown live: fencing the fence-policy volumes held here before the node registers",
 				"volumes", len(claims), "why", f.startup.why)
+			f.mu.Lock()
+			f.fenceSince = time.Now() // said above: not "lease running out" too
+			f.mu.Unlock()
 			f.fence(0, "agent restarted without a lease shown live: "+f.startup.why)
 			f.stopDue()
 		}

@@ -124,6 +124,8 @@ func TestClaimHeldFor(t *testing.T) {
 		{"other node", vol(&structs.Claim{AllocID: "a", NodeID: "n2", State: structs.ClaimStateTaken}, false), false, "on node n2"},
 		{"force detached", vol(&structs.Claim{AllocID: "a", NodeID: "n1", State: structs.ClaimStateNodeDetached, ForcedSkip: true}, true), false, "force detach"},
 		{"fenced", vol(&structs.Claim{AllocID: "a", NodeID: "n1", State: structs.ClaimStateControllerDetached, Fenced: true}, true), false, "fenced"},
+		{"freed after a force detach", &structs.Volume{Released: []*structs.Claim{{AllocID: "a", NodeID: "n1", State: structs.ClaimStateFreed, ForcedSkip: true}}},
+			false, "force detach"},
 	}
 	for _, c := range cases {
 		held, why, err := claimHeldFor(c.v, "a", "n1")
