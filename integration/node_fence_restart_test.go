@@ -526,3 +526,70 @@ func alive(pid int) bool {
 	}
 	return true
 }
+
+// (e) A graceful stop (SIGTERM) of an agent holding a fence-policy claim
+// leaves the workload and the mount, keeps the lease file's deadline and
+// says when the workload will be fenced if no agent is back; an agent
+// back within the lease (an upgrade) shows the lease live from the file
+// and fences nothing.
+func TestNodeFence_GracefulStopLeavesWorkloadsWithinTheLease(t *testing.T) {
+	// A longer lease: the stop and the start must fit in it on a busy
+	// machine (the fence start is lease·0.95 - lease/4 after a renewal).
+	e := newRestartEnv(t, func(e *restartEnv) string { return killHook(e.hookLog, e.pidDir, "0") }, "-node-lease", "8s")
+	e.register(t, "vf", structs.NodeLostFence)
+	wr, _ := e.runWriting(t, "a1", "vf")
+	if err := e.w1.Signal(syscall.SIGTERM, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := leasefile.Read(leasefile.Path(e.w1Data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := stopped.Claim("a1", "vf")
+	if !ok || c.Stopping || stopped.Remaining(leasefile.Now()) <= 0 {
+		t.Fatalf("lease file after the stop exp: a1/vf held, not stopping, fence start ahead got: %+v", stopped)
+	}
+	var warn string
+	for _, l := range strings.Split(e.w1.Output(), "\n") {
+		if strings.Contains(l, "[WARN]") && strings.Contains(l, "agent stopping with fence-policy volumes mounted") {
+			warn = l
+		}
+	}
+	if !strings.Contains(warn, "fence_at=") || !strings.Contains(warn, "a1/vf") {
+		t.Fatalf("w1 exp: a WARN naming a1/vf and when it is fenced got: %q\n%s", warn, e.w1.Output())
+	}
+	select {
+	case <-wr.done:
+		t.Fatal("writer after a graceful stop exp: still running got: gone")
+	default:
+	}
+	if p, _ := heldClaimPath(t, e.w1Data, "a1", "vf"); p == "" {
+		t.Fatal("w1 held claims after a graceful stop exp: a1/vf mounted got: gone")
+	}
+
+	// Back within the lease: carries on with its predecessor's deadline,
+	// then renews; nothing is fenced.
+	e.w1.Restart()
+	harness.WaitFor(t, 20*time.Second, func() error {
+		f, err := leasefile.Read(leasefile.Path(e.w1Data))
+		if err != nil {
+			return err
+		}
+		if f.Deadline <= stopped.Deadline || f.AgentPID != e.w1.PID() {
+			return fmt.Errorf("lease file exp: renewed by the new agent got: deadline %d (was %d), pid %d", f.Deadline, stopped.Deadline, f.AgentPID)
+		}
+		return nil
+	})
+	if out := e.w1.Output(); !strings.Contains(out, "published is live") || strings.Contains(out, "agent started without a node lease shown live") {
+		t.Fatalf("restarted w1 exp: the lease shown live, no start-up fence got:\n%s", out)
+	}
+	if lines := readHookLog(t, e.hookLog); len(lines) != 0 {
+		t.Fatalf("fence command after a restart within the lease exp: not run got: %+v", lines)
+	}
+	select {
+	case <-wr.done:
+		t.Fatal("writer after a restart within the lease exp: still running got: gone")
+	default:
+	}
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+}
