@@ -234,7 +234,7 @@ func (a *Agent) node() *structs.Node {
 // servers give. It re-registers when fingerprints change or the session
 // moves to another server (so that server binds this node's session).
 //
-// It starts once the start-up fence is over (fence.go, run): until then
+// It starts once the start-up fence is over (fence_loop.go, run): until then
 // the node is not registered, so it is not ready, and no allocation runs.
 func (a *Agent) heartbeatLoop() {
 	select {

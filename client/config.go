@@ -88,7 +88,7 @@ func (c *Config) validate() error {
 // to fence: enough to run the hook and unmount, but a small part of the
 // lease so that ordinary heartbeat delays do not fence a healthy node.
 // Without a lease (0) it is the longest budget any lease gets: it then
-// bounds only the fences of claims the servers released (fence.go).
+// bounds only the fences of claims the servers released (fence_check.go).
 func FenceBudget(lease time.Duration) time.Duration {
 	if lease <= 0 {
 		return maxFenceBudget

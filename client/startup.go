@@ -17,7 +17,7 @@ import (
 // with that deadline. Otherwise every fence-policy claim it holds is
 // fenced (the fence command, then the unmount) before the node registers
 // and before any allocation runs: "ready" means the start-up fence is
-// over (fence.go, run).
+// over (fence_loop.go, run).
 
 // startupLease is what the agent concluded about its predecessor's lease.
 type startupLease struct {
