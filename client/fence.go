@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/claimd/claimd/structs"
@@ -84,7 +85,10 @@ type fencer struct {
 	seq uint64
 	// fenceSince is when the lease last ran out (zero while live).
 	fenceSince time.Time
-	// warnNoVolumeRead: said once that volumes cannot be read here.
+	// noVolumeRead: the servers refused Volume.Get to this node's secret
+	// (ACLs): the check goes by the allocation alone from then on, said
+	// once (warnNoVolumeRead).
+	noVolumeRead     atomic.Bool
 	warnNoVolumeRead sync.Once
 }
 

@@ -101,7 +101,13 @@ func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {
 		return false, fmt.Sprintf("its allocation is on node %s", ar.Alloc.NodeID), nil
 	}
 	var vr structs.VolumeResponse
-	err = f.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: c.VolumeID}, &vr)
+	if f.noVolumeRead.Load() {
+		// Refused once already: asking again would only fill the
+		// servers' denied-call log and metric.
+		err = structs.NewError(structs.CodePermissionDenied, "Volume.Get: refused to this node earlier")
+	} else {
+		err = f.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: c.VolumeID}, &vr)
+	}
 	switch {
 	case errors.Is(err, structs.ErrNotFound) || err == nil && vr.Volume == nil:
 		return false, "the volume is not registered any more", nil
@@ -109,6 +115,7 @@ func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {
 		// This node's secret may not read volumes (ACLs): the allocation
 		// alone decides, so a claim released while its allocation runs
 		// on (a force detach) is noticed only once it ends.
+		f.noVolumeRead.Store(true)
 		f.warnNoVolumeRead.Do(func() {
 			f.a.logger.Warn("the servers do not let this node read its volumes' claims: a claim released while its allocation still runs is stopped only once the allocation ends", "error", err)
 		})
