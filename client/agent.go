@@ -94,17 +94,24 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.conn = newServerConn(a, cfg.Servers)
 	a.lease = newNodeLease(cfg.NodeLease, newLeaseClock(cfg.ClockRate))
-	if a.lease.enabled() {
-		a.lease.startGrace()
+	// Read before this run publishes its own: the predecessor's lease.
+	startup := readStartupLease(cfg.DataDir, ident.ID)
+	if a.lease.enabled() && startup.live {
+		a.lease.adopt(startup.remaining)
 	}
 	if a.held, err = loadHeldClaims(cfg.DataDir); err != nil {
 		cancel()
 		return nil, err
 	}
-	if a.fence, err = newFencer(a, a.lease, a.held, cfg.FenceCommand); err != nil {
+	fenceTimeout := cfg.FenceTimeout
+	if fenceTimeout == 0 {
+		fenceTimeout = DefaultFenceTimeout(cfg.NodeLease)
+	}
+	if a.fence, err = newFencer(a, a.lease, a.held, cfg.FenceCommand, fenceTimeout); err != nil {
 		cancel()
 		return nil, err
 	}
+	a.fence.startup = startup
 	a.leaseFile = newLeasePublisher(a)
 	a.held.onChange = a.leaseFile.publish
 	a.leaseFile.publish()
@@ -124,8 +131,11 @@ func New(cfg Config) (*Agent, error) {
 	// never see this node without its plugins.
 	a.plugins.Refresh(ctx)
 	a.plugins.Start()
-	a.goFunc(a.heartbeatLoop)
+	// The fence loop runs the start-up fence first; the heartbeat loop
+	// registers the node only after it (startupDone).
 	a.goFunc(a.fence.run)
+	a.goFunc(a.fence.checkLoop)
+	a.goFunc(a.heartbeatLoop)
 	a.goFunc(a.allocs.run)
 	a.goFunc(a.statuses.run)
 	a.goFunc(a.usageLoop)
@@ -145,8 +155,12 @@ func (a *Agent) goFunc(f func()) {
 func (a *Agent) NodeID() string { return a.ident.ID }
 
 // Shutdown stops the agent. Allocations are left as they are: mounts stay,
-// and the servers keep the claims (a restarted agent picks them up).
+// and the servers keep the claims (a restarted agent picks them up). The
+// lease file keeps the deadline of the last renewal: claimd exec and the
+// keeper stop the fence-policy workloads then unless an agent is back and
+// renewed it (shutdown.go says when).
 func (a *Agent) Shutdown() {
+	a.warnStopWithFenceClaims()
 	a.cancel()
 	a.conn.close()
 	a.wg.Wait()
@@ -199,9 +213,10 @@ func randomID() string {
 
 // node builds the node as registered: identity plus fingerprints.
 func (a *Agent) node() *structs.Node {
+	report, _ := a.fence.pendingReport()
 	n := &structs.Node{
 		ID: a.ident.ID, Name: a.cfg.NodeName, SecretID: a.ident.Secret, Status: structs.NodeStatusReady,
-		Lease: a.cfg.NodeLease, LastFence: a.fence.pendingReport(),
+		Lease: a.cfg.NodeLease, LastFence: report,
 		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
 	}
 	for _, fp := range a.plugins.Fingerprints() {
@@ -218,8 +233,19 @@ func (a *Agent) node() *structs.Node {
 // heartbeatLoop registers the node, then heartbeats within the TTL the
 // servers give. It re-registers when fingerprints change or the session
 // moves to another server (so that server binds this node's session).
+//
+// It starts once the start-up fence is over (fence_loop.go, run): until then
+// the node is not registered, so it is not ready, and no allocation runs.
 func (a *Agent) heartbeatLoop() {
+	select {
+	case <-a.fence.startupDone:
+	case <-a.ctx.Done():
+		return
+	}
 	registered := false
+	// connectedOK: the last call went through; a first success, or one
+	// after failures, has held claims checked with the servers.
+	connectedOK := false
 	ttl := 2 * time.Second
 	for {
 		connected := a.conn.connectedCh()
@@ -231,9 +257,11 @@ func (a *Agent) heartbeatLoop() {
 		sentAt := a.lease.clock.now()
 		sentBoot := leasefile.Now()
 		var sentFence *structs.FenceReport
+		var sentSeq uint64
 		if !registered {
 			node := a.node()
-			sentFence = node.LastFence
+			sentFence, sentSeq = a.fence.pendingReport()
+			node.LastFence = sentFence
 			err = a.conn.call(ctx, "Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp)
 		} else {
 			err = a.conn.call(ctx, "Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: a.ident.ID, Status: structs.NodeStatusReady}, &resp)
@@ -247,6 +275,7 @@ func (a *Agent) heartbeatLoop() {
 			logRetry(a.logger, err, "heartbeat failed; retrying", "registered", registered, "error", err)
 			a.heartbeatOK.Store(false)
 			registered = false
+			connectedOK = false
 			wait = 500 * time.Millisecond
 			if after, ok := structs.RetryAfter(err); ok {
 				// The servers have no room for a new node now (its
@@ -264,8 +293,12 @@ func (a *Agent) heartbeatLoop() {
 			if length := a.lease.renew(sentAt, resp.Lease); length > 0 {
 				a.leaseFile.renewed(sentBoot, length)
 			}
-			a.fence.reported(sentFence)
+			a.fence.reported(sentFence, sentSeq)
 			a.registeredOnce.Do(func() { close(a.registeredCh) })
+			if !connectedOK {
+				connectedOK = true
+				a.fence.requestCheck()
+			}
 			if resp.HeartbeatTTL > 0 {
 				ttl = resp.HeartbeatTTL
 				wait = a.lease.heartbeatEvery(ttl)

@@ -47,6 +47,11 @@ type Config struct {
 	// CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH and CLAIMD_NODE_ID set: it should
 	// stop whatever writes through the mount.
 	FenceCommand string
+	// FenceTimeout bounds one run of FenceCommand: its whole process group
+	// is killed when it runs out (internal/fencecmd). 0: half the fence
+	// budget (FenceBudget); otherwise above 0 and below the budget, so the
+	// unmount still fits before the lease runs out.
+	FenceTimeout time.Duration
 	// ClockRate scales the lease clock against real time (tests of clock
 	// drift only; 0 means 1).
 	ClockRate float64
@@ -65,6 +70,9 @@ func (c *Config) validate() error {
 	if err := structs.ValidateNodeLease("node_lease", c.NodeLease); err != nil {
 		return err
 	}
+	if err := validateFenceTimeout(c.FenceTimeout, c.NodeLease); err != nil {
+		return err
+	}
 	if c.ClockRate < 0 || c.ClockRate > 0 && (c.ClockRate < 0.5 || c.ClockRate > 2) {
 		return structs.Invalid("clock_rate", fmt.Sprintf("%g is not between 0.5 and 2", c.ClockRate))
 	}
@@ -72,6 +80,42 @@ func (c *Config) validate() error {
 		if err := p.Validate(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// FenceBudget is how long before the node lease runs out the agent starts
+// to fence: enough to run the hook and unmount, but a small part of the
+// lease so that ordinary heartbeat delays do not fence a healthy node.
+// Without a lease (0) it is the longest budget any lease gets: it then
+// bounds only the fences of claims the servers released (fence_check.go).
+func FenceBudget(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		return maxFenceBudget
+	}
+	return min(lease/4, maxFenceBudget)
+}
+
+const maxFenceBudget = 10 * time.Second
+
+// DefaultFenceTimeout is the fence command's bound when none is given:
+// half the budget, the other half is the unmount's.
+func DefaultFenceTimeout(lease time.Duration) time.Duration { return FenceBudget(lease) / 2 }
+
+// validateFenceTimeout checks -fence-timeout against the budget of the
+// lease: a command allowed to run past it would let the lease run out
+// before the unmount, with the writer perhaps still running.
+func validateFenceTimeout(timeout, lease time.Duration) error {
+	if timeout == 0 {
+		return nil
+	}
+	budget := FenceBudget(lease)
+	if timeout < 0 {
+		return structs.Invalid("fence_timeout", fmt.Sprintf("%s is negative: it must be above 0 (or 0 for the default, half the fence budget: %s)", timeout, budget/2))
+	}
+	if timeout >= budget {
+		return structs.Invalid("fence_timeout", fmt.Sprintf("%s is not below the fence budget %s (a quarter of node_lease %s, at most %s): the unmount must still fit before the lease runs out",
+			timeout, budget, lease, maxFenceBudget))
 	}
 	return nil
 }

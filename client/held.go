@@ -191,3 +191,11 @@ func (h *heldClaims) mountPath(allocID, volumeID string) string {
 	}
 	return ""
 }
+
+// has reports whether the claim is still held here.
+func (h *heldClaims) has(allocID, volumeID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.claims[allocID+"/"+volumeID]
+	return ok
+}

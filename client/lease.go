@@ -64,13 +64,23 @@ func newNodeLease(length time.Duration, clock leaseClock) *nodeLease {
 
 func (l *nodeLease) enabled() bool { return l.length > 0 }
 
-// startGrace gives an agent that just started one fence budget to reach
-// the servers before it fences what an earlier run of it left mounted: it
-// cannot know how long it was away, so it cannot count on any lease.
-func (l *nodeLease) startGrace() {
+// adopt takes over a lease a previous run of this agent showed live (the
+// lease file: same boot, fence start not passed), remaining being what is
+// left of it in real time. Without that the lease counts as run out from
+// the start: the agent cannot know how long it was away, so what it left
+// mounted under the fence policy is fenced before anything else
+// (startup.go).
+func (l *nodeLease) adopt(remaining time.Duration) {
+	if remaining <= 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.validUntil = l.clock.now() + 2*l.fenceBudget()
+	// realDuration's inverse: this clock runs at rate against real time.
+	until := l.clock.now() + time.Duration(float64(remaining)*l.clock.rate)
+	if until > l.validUntil {
+		l.validUntil = until
+	}
 }
 
 // renew extends the lease after the servers acknowledged a heartbeat sent
@@ -120,7 +130,7 @@ func (l *nodeLease) callTimeout() time.Duration {
 // fence: enough to run the hook and unmount, but a small part of the lease
 // so that ordinary heartbeat delays do not fence a healthy node.
 func (l *nodeLease) fenceBudget() time.Duration {
-	return min(l.length/4, 10*time.Second)
+	return FenceBudget(l.length)
 }
 
 // heartbeatEvery is how often a node with this lease heartbeats: several

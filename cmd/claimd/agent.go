@@ -54,6 +54,7 @@ type agentFlags struct {
 	probeInterval   time.Duration
 	nodeLease       time.Duration
 	fenceCommand    string
+	fenceTimeout    time.Duration
 	clockRate       float64
 	debugAddr       string
 	httpAddr        string
@@ -158,6 +159,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.DurationVar(&f.probeInterval, "plugin-probe-interval", csi.DefaultProbeInterval, "client: how often CSI plugins are health-probed")
 	fs.DurationVar(&f.nodeLease, "node-lease", defaultNodeLease, "client: this node's lease; before it runs out unrenewed the node fences its fence-policy volumes (0: no lease, they wait like wait-policy ones)")
 	fs.StringVar(&f.fenceCommand, "fence-command", "", "client: shell command run before a fence unmounts a volume, to stop what writes through it (env CLAIMD_ALLOC_ID, CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH, CLAIMD_NODE_ID)")
+	fs.DurationVar(&f.fenceTimeout, "fence-timeout", 0, "client: the longest one run of -fence-command may take; its whole process group is killed then (0: half the fence budget, which is a quarter of -node-lease, at most 10s; must be below the budget)")
 	fs.Float64Var(&f.clockRate, "clock-rate", 1, "testing only: run this client's lease clock at this rate of real time (0.5-2)")
 	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
 	fs.StringVar(&f.httpHosts, "http-allowed-hosts", "", "over plain HTTP, names besides IP addresses, localhost and this machine's name the HTTP API may be addressed by (comma-separated; others are refused, against DNS rebinding)")
@@ -345,7 +347,7 @@ func (a *agent) startClient() error {
 	ca, err := client.New(client.Config{
 		Servers: a.servers, DataDir: dataDir, NodeName: a.f.nodeName, Plugins: a.f.plugins, Logger: a.logger,
 		ProbeInterval: a.f.probeInterval, TLS: a.tls, TLSAllowPlaintext: a.f.tlsAllowPlain,
-		NodeLease: a.f.nodeLease, FenceCommand: a.f.fenceCommand, ClockRate: a.f.clockRate,
+		NodeLease: a.f.nodeLease, FenceCommand: a.f.fenceCommand, FenceTimeout: a.f.fenceTimeout, ClockRate: a.f.clockRate,
 		RegisterToken: api.TokenFromEnv(a.f.aclToken),
 	})
 	if err != nil {

@@ -114,6 +114,7 @@ var configKeys = []configKey{
 	{"client", "plugin", "csi-plugin", kPlugins, false, nil, func(f *agentFlags) any { return &f.plugins }},
 	{"client", "node_lease", "node-lease", kDuration, false, nodeLease, func(f *agentFlags) any { return &f.nodeLease }},
 	{"client", "fence_command", "fence-command", kString, false, nil, func(f *agentFlags) any { return &f.fenceCommand }},
+	{"client", "fence_timeout", "fence-timeout", kDuration, false, notNegativeDuration, func(f *agentFlags) any { return &f.fenceTimeout }},
 
 	// The TLS files are re-read on every SIGHUP (certificate rotation);
 	// pointing at other files needs a restart.
@@ -579,6 +580,15 @@ func hostPorts(v any) error {
 func nodeLease(v any) error {
 	if err := structs.ValidateNodeLease("node_lease", v.(time.Duration)); err != nil {
 		return err
+	}
+	return nil
+}
+
+// notNegativeDuration: 0 keeps the default; the bound against the lease
+// is the client's (client.Config.validate, naming fence_timeout).
+func notNegativeDuration(v any) error {
+	if d := v.(time.Duration); d < 0 {
+		return fmt.Errorf("must not be negative, got %s", d)
 	}
 	return nil
 }

@@ -61,6 +61,7 @@ client {
   plugin_probe_interval = "7s"
   node_lease            = "45s"
   fence_command         = "/usr/local/bin/stop-workload"
+  fence_timeout         = "3s"
   plugin "hostdir" {
     type   = "monolith"
     socket = "/run/csi/hostdir.sock"
@@ -102,7 +103,7 @@ const fullJSON = `{
   },
   "client": {
     "enabled": true, "servers": ["10.0.0.1:4647"], "plugin_probe_interval": "7s",
-    "node_lease": "45s", "fence_command": "/usr/local/bin/stop-workload",
+    "node_lease": "45s", "fence_command": "/usr/local/bin/stop-workload", "fence_timeout": "3s",
     "plugin": {
       "hostdir": {"type": "monolith", "socket": "/run/csi/hostdir.sock"},
       "ebs": {"type": "node", "socket": "unix:///run/csi/ebs.sock"}
@@ -161,7 +162,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		heartbeatTTL: 20 * time.Second, storageLease: 15 * time.Second, claimGCInterval: 10 * time.Minute, reconcileEvery: 5 * time.Minute, releaseWorkers: 8,
 		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
-		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload",
+		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload", fenceTimeout: 3 * time.Second,
 		plugins: pluginFlags{
 			{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: "/run/csi/hostdir.sock"},
 			{ID: "ebs", Type: csi.PluginTypeNode, Socket: "unix:///run/csi/ebs.sock"},
