@@ -106,7 +106,7 @@ func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {
 		// servers' denied-call log and metric.
 		err = structs.NewError(structs.CodePermissionDenied, "Volume.Get: refused to this node earlier")
 	} else {
-		err = f.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: c.VolumeID}, &vr)
+		err = f.a.conn.call(ctx, "Volume.Get", &structs.VolumeSpecificRequest{ID: c.VolumeID, NodeID: me}, &vr)
 	}
 	switch {
 	case errors.Is(err, structs.ErrNotFound) || err == nil && vr.Volume == nil:

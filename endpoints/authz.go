@@ -75,7 +75,7 @@ var methodAccess = map[string]access{
 
 	"Volume.Register":   capability(acl.Volume, acl.Register),
 	"Volume.Deregister": capability(acl.Volume, acl.Deregister),
-	"Volume.Get":        capability(acl.Volume, acl.Read),
+	"Volume.Get":        capabilityOrNode(acl.Volume, acl.Read),
 	"Volume.List":       capability(acl.Volume, acl.Read),
 	"Volume.Detach":     capability(acl.Volume, acl.Detach),
 	"Volume.Claim":      capabilityOrNode(acl.Volume, acl.Claim),

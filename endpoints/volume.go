@@ -145,7 +145,12 @@ func (v *Volume) Deregister(args *structs.VolumeDeregisterRequest, reply *struct
 
 // Get reads one volume; a missing volume is a not_found error.
 func (v *Volume) Get(args *structs.VolumeSpecificRequest, reply *structs.VolumeResponse) error {
-	c, done, err := v.auth.gate("Volume.Get", args, reply, nil)
+	c, done, err := v.auth.gate("Volume.Get", args, reply, v.auth.forNode("Volume.Get", func() (string, bool) {
+		// A node may read a volume one of its own allocations asks for
+		// (the agent checks whether the servers still hold its claim:
+		// an operator's force detach, a fence release), never another.
+		return v.nodeAsking(args.NodeID, args.ID)
+	}))
 	if done {
 		return err
 	}
@@ -202,4 +207,37 @@ func (v *Volume) registered(id string) (*structs.Volume, error) {
 		return nil, structs.NotFound("volume", id)
 	}
 	return vol, nil
+}
+
+// nodeAsking is the node a node-secret read of volume volID is checked
+// against: nodeID when one of its allocations asks for the volume or one
+// of its claims is on it, else "" (no node may read it). known is false
+// when this server does not know the node yet (the leader decides).
+func (v *Volume) nodeAsking(nodeID, volID string) (string, bool) {
+	if nodeID == "" || structs.ValidateID("node_id", nodeID) != nil || structs.ValidateID("id", volID) != nil {
+		return "", true
+	}
+	state := v.srv.State()
+	if n, err := state.NodeByID(nil, nodeID); err != nil || n == nil {
+		return nodeID, false
+	}
+	allocs, err := state.AllocsByNode(nil, nodeID)
+	if err != nil {
+		return "", true
+	}
+	for _, a := range allocs {
+		for _, vr := range a.Volumes {
+			if vr.VolumeID == volID {
+				return nodeID, true
+			}
+		}
+	}
+	if vol, err := state.VolumeByID(nil, volID); err == nil && vol != nil {
+		for _, c := range vol.AllClaims() {
+			if c.NodeID == nodeID {
+				return nodeID, true
+			}
+		}
+	}
+	return "", true
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/tlsutil"
 )
 
 // A restarted agent fences before anything else (issue 39), with the
@@ -22,8 +23,10 @@ import (
 // and started again on its data dir, a real writer process (a child of
 // the test, as a workload outlives its agent) and the fence command
 // killing it by pid. Servers, the other node and the controller run in
-// process on loopback (plaintext, ACLs off: the agent process then needs
-// no certificate, and may read its volumes' claims).
+// process on loopback, with mutual TLS and ACLs on as in production: the
+// agent process has a client certificate and no token, and reads its
+// volumes' claims with its node secret (a node may read the volumes its
+// allocations ask for).
 
 const restartLease = 3 * time.Second
 
@@ -44,7 +47,7 @@ type restartEnv struct {
 // process.
 func newRestartEnv(t *testing.T, hook func(e *restartEnv) string, extra ...string) *restartEnv {
 	t.Helper()
-	c := harness.NewCluster(t, 3, harness.Options{Insecure: true})
+	c := harness.NewCluster(t, 3, harness.Options{})
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	dir := t.TempDir()
@@ -67,7 +70,8 @@ func newRestartEnv(t *testing.T, hook func(e *restartEnv) string, extra ...strin
 	args := []string{"agent", "-client", "-servers", strings.Join(addrs, ","), "-data-dir", e.w1Data,
 		"-node-name", "w1", "-csi-plugin", "id=hostdir,type=node,socket=unix://" + e.w1Plugin.Socket,
 		"-plugin-probe-interval", "200ms", "-node-lease", restartLease.String(),
-		"-fence-command", hook(e), "-log-level", "debug", "-http-addr", "off"}
+		"-fence-command", hook(e), "-log-level", "debug", "-http-addr", "off",
+		"-tls-ca-file", c.PKI().CAFile, "-tls-cert-file", c.PKI().CertFile[tlsutil.RoleClient], "-tls-key-file", c.PKI().KeyFile[tlsutil.RoleClient]}
 	e.w1 = harness.StartProcess(t, "w1", append(args, extra...)...)
 	harness.WaitFor(t, 30*time.Second, func() error {
 		var id struct{ ID string }
@@ -86,6 +90,7 @@ func newRestartEnv(t *testing.T, hook func(e *restartEnv) string, extra ...strin
 	e.clients["w2"] = c.StartClient("w2", []string{addrs[1], addrs[2], addrs[0]}, p.Config())
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
+	e.ctrlClient.AdmitControllers()
 	harness.WaitFor(t, applyWait, func() error {
 		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
 		if err != nil {
@@ -355,7 +360,7 @@ func TestNodeFence_ForceDetachedWhileAwayIsFencedOnReturn(t *testing.T) {
 	e.register(t, "vw", structs.NodeLostWait)
 	wr, _ := e.runWriting(t, "a1", "vw")
 	e.w1.Kill()
-	r := harness.RunCLI(t, "volume", "detach", "-force", "-address", e.c.Servers[0].Addr, "vw", e.w1Node)
+	r := harness.RunCLIEnv(t, e.cliEnv(t), "volume", "detach", "-force", "vw", e.w1Node)
 	if r.Code != 0 {
 		t.Fatalf("volume detach -force exp: exit 0 got: %d %s %s", r.Code, r.Stdout, r.Stderr)
 	}

@@ -309,6 +309,21 @@ func checkNodeSecrets(t *testing.T, s *harness.TestServer) {
 		t.Errorf("node nb after a refused status update exp: ready got: %+v %v", n, err)
 	}
 
+	// Volume.Get: a node reads the volumes its allocations ask for (to
+	// see whether its claims are still held), never another's, nor by
+	// naming another node.
+	var volReply structs.VolumeResponse
+	if err := nodeCall(t, cl, "Volume.Get", &structs.VolumeSpecificRequest{ID: "va", NodeID: "na",
+		QueryOptions: structs.QueryOptions{AuthToken: secretA}}, &volReply); err != nil || volReply.Volume == nil || volReply.Volume.ID != "va" {
+		t.Errorf("node na reading va (its alloc aa asks for it) exp: allowed got: %+v %v", volReply.Volume, err)
+	}
+	wantDenied("node na reading vb", nodeCall(t, cl, "Volume.Get", &structs.VolumeSpecificRequest{ID: "vb", NodeID: "na",
+		QueryOptions: structs.QueryOptions{AuthToken: secretA}}, &volReply))
+	wantDenied("node na reading vb as nb", nodeCall(t, cl, "Volume.Get", &structs.VolumeSpecificRequest{ID: "vb", NodeID: "nb",
+		QueryOptions: structs.QueryOptions{AuthToken: secretA}}, &volReply))
+	wantDenied("node na reading va without naming itself", nodeCall(t, cl, "Volume.Get", &structs.VolumeSpecificRequest{ID: "va",
+		QueryOptions: structs.QueryOptions{AuthToken: secretA}}, &volReply))
+
 	// Node.UpdateAlloc: only allocations placed on the caller's node.
 	abBefore := alloc("ab")
 	update := func(node string) error {

@@ -483,6 +483,10 @@ type VolumeDeregisterRequest struct {
 // VolumeSpecificRequest reads one volume.
 type VolumeSpecificRequest struct {
 	ID string
+	// NodeID is set by a client agent reading with its node secret: a
+	// node may read a volume one of its allocations asks for (to learn
+	// whether the servers still hold its claim there).
+	NodeID string
 	QueryOptions
 }
 
