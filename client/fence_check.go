@@ -81,6 +81,29 @@ func (f *fencer) checkHeld() bool {
 	return complete
 }
 
+// checkHeldOnce is checkHeld before the node registers: it gives up at the
+// first claim the servers could not answer for (out of reach: every
+// other question would wait as long), leaving the rest to the check once
+// connected.
+func (f *fencer) checkHeldOnce() bool {
+	for _, c := range f.held.list() {
+		if f.a.ctx.Err() != nil || f.isPending(c.key()) {
+			continue
+		}
+		held, why, err := f.serversHold(c)
+		if err != nil {
+			return false
+		}
+		if held || !f.held.has(c.AllocID, c.VolumeID) {
+			continue
+		}
+		f.a.logger.Error(fmt.Sprintf("the servers no longer hold volume %s for this node: stopping its writer (fence command, then unmount) before the node registers", c.VolumeID),
+			"alloc", c.AllocID, "volume", c.VolumeID, "node_lost", c.NodeLost, "why", why)
+		f.stopClaim(c, "released by the servers: "+why)
+	}
+	return true
+}
+
 // serversHold reports whether the servers still hold the claim for this
 // node, and if not why. An error means they could not tell now.
 func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {

@@ -46,6 +46,17 @@ func (f *fencer) run() {
 		f.a.logger.Info("the node lease the previous run of this agent published is live: keeping its fence-policy volumes until it runs out or is renewed",
 			"remaining", f.startup.remaining.Round(time.Millisecond))
 	}
+	// Then every claim still held, of any policy, is checked with the
+	// servers before the node registers: one they released while this
+	// agent was away (an operator's force detach, a fence release) has
+	// its writer stopped before the node is ready again. Servers out of
+	// reach: the check runs again once the node is connected.
+	if len(f.held.list()) > 0 {
+		if !f.checkHeldOnce() {
+			f.a.logger.Warn("could not check the held claims with the servers before registering; checking again once connected")
+		}
+		f.stopDue()
+	}
 	close(f.startupDone)
 	for {
 		var fenceAt <-chan time.Time
