@@ -1,482 +1,122 @@
 package chaos
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/claimd/claimd/api"
-	"github.com/claimd/claimd/structs"
 )
 
-// The fencing nemeses (issue 39 item 7; doc.go "Fencing"). Node A (w1)
-// holds a short lease and the test's fence command; a real writer process
-// on A writes to a single-node-writer volume; a fault hits A's agent, its
-// network or its fence command; the volume is then claimed from node B
-// (w2), which runs a writer of its own; A comes back. From both writers'
-// records the overlap checker (overlap.go) must find no moment when both
-// wrote, and the run must end with every claim released, on the servers
-// and on both nodes.
-
-const fcLease = 6 * time.Second
-
-// fcScenario is one nemesis.
-type fcScenario struct {
-	name   string
-	policy structs.NodeLostPolicy
-	// hook is the fence command's mode while the fault is on.
-	hook string
-	// fault hits node A once A's writer writes. It returns what brings A
-	// back, run once B has written.
-	fault func(e *fcEnv, r *fcRun) (back func() error, err error)
-	// free, when set, frees the volume for B (an operator's action);
-	// otherwise the servers do, once A's lease has run out.
-	free func(e *fcEnv, r *fcRun) error
-	// after, when set, checks what only this nemesis can leave behind.
-	after func(e *fcEnv, r *fcRun)
-}
-
-// fcEnv is the cluster the nemeses share, one after the other.
-type fcEnv struct {
-	t      *testing.T
-	c      *netnsCluster
-	admin  *api.Client
-	hook   *fenceHook
-	launch fwLauncher
-	tool   string
-	a, b   *nsWorker
-}
-
-// fcRun is one nemesis's volume, allocations and writers.
-type fcRun struct {
-	s              fcScenario
-	vol            string
-	allocA, allocB string
-	wA, wB         *fwWriter
-	// dataFile is the records file in the storage itself (the mounts are
-	// symlinks to it).
-	dataFile string
-	// faultAt is when the fault began; bMoved when B's allocation ran.
-	faultAt, bMoved time.Time
-}
-
+// TestChaos_NetnsFencing runs the fencing nemeses (fencing_test.go) on
+// real processes in network namespaces: every agent fault there is one
+// (kill -9, SIGSTOP, SIGTERM). -chaos.fence-launcher picks what ties the
+// writers to the lease (auto: `claimd exec` when the built claimd has
+// it). About four to six minutes.
 func TestChaos_NetnsFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs in the chaos step (scripts/test.sh) without -short")
 	}
-	e := &fcEnv{t: t, tool: fwTool(t)}
-	e.hook = newFenceHook(t)
+	tool := fwTool(t)
+	h := newFenceHook(t)
 	opts := nsTestOptions()
-	// Both nodes hold the lease and run the fence command: B's writer is
-	// under the same rules as A's (claimd exec fences a fence-policy
-	// workload on a node without a lease at once).
-	lease := []string{"-node-lease", fcLease.String(), "-fence-command", e.hook.command()}
-	opts.WorkerArgs = map[string][]string{"w1": lease, "w2": lease}
-	e.c = NewNetns(t, opts).(*netnsCluster)
-	e.admin = e.c.Client("s1")
-	e.a, e.b = e.c.workers[0], e.c.workers[1]
-	e.launch = fwPickLauncher(t, e.c.bin)
-	t.Logf("fencing: writers tied to the lease by %q; node A %s (lease %s, fence command %s), node B %s",
-		e.launch.name(), e.a.name, fcLease, e.hook.command(), e.b.name)
-
-	for _, s := range fcScenarios() {
-		if !t.Run(s.name, func(t *testing.T) { e.run(t, s) }) {
-			t.Logf("fencing: %s failed; logs of the cluster are kept (see the end of the test)", s.name)
-		}
-	}
-	nsCheckSecured(t, e.c)
+	opts.WorkerArgs = map[string][]string{"w1": fcAgentArgs(h), "w2": fcAgentArgs(h)}
+	c := NewNetns(t, opts).(*netnsCluster)
+	fcRunAll(t, &fcNetns{c: c, client: c.Client("s1")}, h, tool)
+	nsCheckSecured(t, c)
 }
 
-func fcScenarios() []fcScenario {
-	isolate := func(e *fcEnv, r *fcRun) (func() error, error) {
-		return e.c.Heal, e.c.IsolateWorker(e.a.name)
-	}
-	return []fcScenario{
-		{
-			// A graceful restart well within the lease: the workload goes
-			// on, nothing moves; then an ordinary stop hands the volume on.
-			name: "agent-restart", policy: structs.NodeLostFence, hook: "kill",
-			fault: func(e *fcEnv, r *fcRun) (func() error, error) {
-				if err := e.restartAgent(func() error { return e.a.agent.terminate(30 * time.Second) }); err != nil {
-					return nil, err
-				}
-				if !r.wA.alive() {
-					return nil, fmt.Errorf("A's writer after a quick agent restart exp: running got: stopped (hook runs: %d)", e.hook.runs(r.allocA))
-				}
-				if st, desc := e.status(r.allocA); st != structs.AllocClientRunning {
-					return nil, fmt.Errorf("A's allocation after a quick agent restart exp: running got: %s (%s)", st, desc)
-				}
-				return nil, nil
-			},
-			free: func(e *fcEnv, r *fcRun) error { return e.orderlyStop(r.wA, r.allocA) },
-		},
-		{
-			// Paused past the lease: whatever stops the writer cannot be
-			// the paused agent.
-			name: "agent-sigstop", policy: structs.NodeLostFence, hook: "kill",
-			fault: func(e *fcEnv, r *fcRun) (func() error, error) {
-				return e.a.agent.resume, e.a.agent.pause()
-			},
-		},
-		{
-			// Crashed, restarted once the volume moved: the writer must
-			// have stopped without the agent, and the restarted agent must
-			// not let it go on.
-			name: "agent-kill9", policy: structs.NodeLostFence, hook: "kill",
-			fault: func(e *fcEnv, r *fcRun) (func() error, error) {
-				return func() error { return e.restartAgent(nil) }, e.a.agent.kill()
-			},
-		},
-		{
-			// Cut off, and the fence command fails.
-			name: "fence-command-fails", policy: structs.NodeLostFence, hook: "fail", fault: isolate,
-		},
-		{
-			// Cut off, and the fence command never returns: it must be cut
-			// short and leave no process behind.
-			name: "fence-command-hangs", policy: structs.NodeLostFence, hook: "hang", fault: isolate,
-			after: func(e *fcEnv, r *fcRun) {
-				// The agent bounds the hook within the lease's fence
-				// budget; what it started must be gone soon after.
-				var left []int
-				_ = nsPoll(fcLease, func() error {
-					left = left[:0]
-					for _, pid := range e.hook.hangPids() {
-						if st := nsProcState(pid); st != 0 && st != 'Z' {
-							left = append(left, pid)
-						}
-					}
-					if len(left) > 0 {
-						return fmt.Errorf("left")
-					}
-					return nil
-				})
-				if len(left) > 0 {
-					e.t.Errorf("hanging fence command exp: its whole process group killed at the timeout got: %d of its `sleep 600` still running (pids %v)",
-						len(left), left)
-					for _, pid := range left {
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-					}
-				}
-				if e.hook.runs(r.allocA) == 0 {
-					e.t.Errorf("fence command exp: run for %s got: never", r.allocA)
-				}
-			},
-		},
-		{
-			// Wait policy: the agent is killed and the writer frozen (the
-			// node is down); the operator force-detaches the volume and B
-			// takes it; the node returns. Its agent must stop the writer
-			// before it reports ready, and only then does the writer thaw.
-			name: "force-detach-return", policy: structs.NodeLostWait, hook: "kill",
-			fault: func(e *fcEnv, r *fcRun) (func() error, error) {
-				if err := r.wA.signal(syscall.SIGSTOP); err != nil {
-					return nil, err
-				}
-				if err := e.a.agent.kill(); err != nil {
-					return nil, err
-				}
-				return func() error {
-					if err := e.restartAgent(nil); err != nil {
-						return err
-					}
-					return r.wA.signal(syscall.SIGCONT)
-				}, nil
-			},
-			free: func(e *fcEnv, r *fcRun) error {
-				if err := nsPoll(nsTestWait+fcLease, func() error {
-					n, _, err := e.admin.Node(nsTestCtx(e.t, 10*time.Second), e.a.nodeID, structs.QueryOptions{})
-					if err != nil {
-						return err
-					}
-					if n.Status != structs.NodeStatusDown {
-						return fmt.Errorf("node A exp: down got: %s", n.Status)
-					}
-					return nil
-				}); err != nil {
-					return err
-				}
-				// What `claimd volume detach -force VOL NODE` calls.
-				res, err := e.admin.DetachVolume(nsTestCtx(e.t, 30*time.Second), r.vol, e.a.nodeID, true)
-				if err != nil {
-					return fmt.Errorf("volume detach -force: %w", err)
-				}
-				e.t.Logf("fencing: operator forced %s off %s: released %v, forced %v", r.vol, e.a.name, res.Released, res.Forced)
-				return nil
-			},
-		},
-	}
+// fcNetns is the netns backend for the fencing nemeses.
+type fcNetns struct {
+	c      *netnsCluster
+	client *api.Client
+
+	mu   sync.Mutex
+	kept []*exec.Cmd
 }
 
-// run is one nemesis, start to end; every check that fails is an error,
-// and the nemesis still ends with everything released.
-func (e *fcEnv) run(t *testing.T, s fcScenario) {
-	e.t = t
-	r := &fcRun{s: s, vol: "fc-" + s.name, allocA: "fc-" + s.name + "-a", allocB: "fc-" + s.name + "-b"}
-	t.Cleanup(func() { e.restore(r) })
-	v := volume(r.vol, nsPluginID, structs.AccessModeSingleNodeWriter)
-	v.NodeLost = s.policy
-	if _, err := e.admin.RegisterVolumes(nsTestCtx(t, 30*time.Second), v); err != nil {
-		t.Fatal(err)
-	}
-	e.place(r.allocA, r.vol, e.a)
-	e.waitRunning(r.allocA, nsTestWait)
-	mountA := nlMountPath(t, e.c, e.a, r.allocA, r.vol)
-	e.hook.setMode(t, s.hook)
-	r.wA = fwStart(t, e.c, e.launch, e.tool, e.hook, e.a, r.allocA, mountA)
-	dir, err := filepath.EvalSymlinks(mountA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.dataFile = filepath.Join(dir, "records")
-
-	r.faultAt = time.Now()
-	back, err := s.fault(e, r)
-	if err != nil {
-		t.Fatalf("%s: %v", s.name, err)
-	}
-	if s.free != nil {
-		if err := s.free(e, r); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-	}
-	e.place(r.allocB, r.vol, e.b)
-	// The servers release a fence-policy claim once A's lease certainly
-	// ran out; B's agent retries its claim with a backoff capped at 10 s.
-	bound := structs.LeaseExpiry(fcLease) + 30*time.Second
-	r.bMoved = e.waitRunning(r.allocB, bound)
-	t.Logf("fencing: %s: the volume ran on B %s after the fault (lease %s)", s.name, r.bMoved.Sub(r.faultAt).Round(10*time.Millisecond), fcLease)
-	r.wB = fwStart(t, e.c, e.launch, e.tool, e.hook, e.b, r.allocB, nlMountPath(t, e.c, e.b, r.allocB, r.vol))
-	// B writes for a second before A comes back.
-	if err := nsPoll(nsTestWait, func() error {
-		if n := r.wB.records(); n < 20 {
-			return fmt.Errorf("B's writer exp: 20 records got: %d", n)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	aAliveWhileB := r.wA.alive()
-	if back != nil {
-		if err := back(); err != nil {
-			t.Fatalf("%s: bringing node A back: %v", s.name, err)
-		}
-	}
-	// A's node is back: whatever is meant to stop A's writer has had its
-	// chance. One that still runs is a second writer now.
-	if err := r.wA.waitDead(10 * time.Second); err != nil {
-		t.Errorf("A's writer exp: stopped by the time its node is back got: still running 10 s later (also while B wrote: %v)", aAliveWhileB)
-		r.wA.kill()
-	}
-	// B wrote on after A's return, so an A that resumed shows in order.
-	n := r.wB.records()
-	_ = nsPoll(nsTestWait, func() error {
-		if r.wB.records() < n+10 {
-			return fmt.Errorf("B's writer exp: 10 more records")
-		}
-		return nil
-	})
-	e.endAll(r)
-	e.checkOverlap(r)
-	if s.after != nil {
-		s.after(e, r)
-	}
+func (f *fcNetns) admin() *api.Client { return f.client }
+func (f *fcNetns) nodes() (fcNode, fcNode) {
+	return &fcNsNode{c: f.c, w: f.c.workers[0]}, &fcNsNode{c: f.c, w: f.c.workers[1]}
 }
-
-// endAll stops both allocations the ordinary way and requires every claim
-// released: on the servers, and in both agents' held claims.
-func (e *fcEnv) endAll(r *fcRun) {
-	t := e.t
-	if err := e.orderlyStop(r.wB, r.allocB); err != nil {
-		t.Error(err)
-	}
-	r.wA.kill()
-	if _, err := e.admin.StopAllocs(nsTestCtx(t, 30*time.Second), r.allocA); err != nil {
-		t.Errorf("stop %s: %v", r.allocA, err)
-	}
-	if err := nsPoll(60*time.Second, func() error {
-		v, _, err := e.admin.Volume(nsTestCtx(t, 10*time.Second), r.vol, structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if n := len(v.ReadClaims) + len(v.WriteClaims) + len(v.PastClaims); n > 0 {
-			return fmt.Errorf("volume %s exp: no claim got: %d (write %v, past %v)", r.vol, n, mapKeys(v.WriteClaims), mapKeys(v.PastClaims))
-		}
-		for _, w := range []*nsWorker{e.a, e.b} {
-			if held := e.held(w); slices.Contains(held, r.vol) {
-				return fmt.Errorf("node %s exp: holds no claim on %s got: its held claims list it", w.name, r.vol)
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("every claim released at the end exp: within 60 s got: %v", err)
-	}
+func (f *fcNetns) isolate(n fcNode) error { return f.c.IsolateWorker(n.name()) }
+func (f *fcNetns) heal() error            { return f.c.Heal() }
+func (f *fcNetns) command(n fcNode, argv []string) *exec.Cmd {
+	return f.c.lab.Exec(n.name(), argv[0], argv[1:]...)
 }
+func (f *fcNetns) logDir() string           { return f.c.logDir }
+func (f *fcNetns) claimd(*testing.T) string { return f.c.bin }
 
-// checkOverlap runs the overlap checker over both writers' records.
-func (e *fcEnv) checkOverlap(r *fcRun) {
-	t := e.t
-	overlaps, counts, err := fwCheck(r.dataFile, r.wA.log, r.wB.log)
-	if err != nil {
-		t.Errorf("overlap check: %v", err)
-		return
-	}
-	if counts[r.wA.id] == 0 || counts[r.wB.id] == 0 {
-		t.Errorf("records exp: both writers' got: %v", counts)
-	}
-	for _, o := range overlaps {
-		t.Errorf("single writer exp: no overlap got: %s", o)
-	}
-	all, _ := fwReadFile(r.wA.log)
-	allB, _ := fwReadFile(r.wB.log)
-	if len(all) > 0 && len(allB) > 0 && len(overlaps) == 0 {
-		t.Logf("fencing: %s: no overlap; %d records from A, %d from B, A's last write ended %s before B's first began",
-			r.s.name, counts[r.wA.id], counts[r.wB.id], time.Duration(allB[0].Start-all[len(all)-1].End).Round(time.Millisecond))
-	}
-}
-
-// restore leaves node A as the next nemesis needs it, whatever failed:
-// the network healed, the agent running, the hook killing, writers gone.
-func (e *fcEnv) restore(r *fcRun) {
-	t := e.t
-	if err := e.c.Heal(); err != nil {
-		t.Errorf("restore: heal: %v", err)
-	}
-	if e.a.agent.isPaused() {
-		if err := e.a.agent.resume(); err != nil {
-			t.Errorf("restore: %v", err)
-		}
-	}
-	if e.a.agent.exited() {
-		if err := e.restartAgent(nil); err != nil {
-			t.Errorf("restore: %v", err)
-		}
-	}
-	e.hook.setMode(t, "kill")
-	for _, w := range []*fwWriter{r.wA, r.wB} {
-		if w != nil {
-			if w.alive() && w.pid() != 0 {
-				_ = w.signal(syscall.SIGCONT)
-			}
-			w.kill()
-		}
-	}
-	if t.Failed() {
-		t.Logf("fencing: %s: hook log:\n%s", r.s.name, readOr(filepath.Join(e.hook.dir, "hook.log")))
-	}
-}
-
-// restartAgent stops A's agent with stop (nil: it is not running), starts
-// it again and waits until it reports running again and the servers see
-// the node ready.
-func (e *fcEnv) restartAgent(stop func() error) error {
-	before := nsCountInLog(e.a.agent, "claimd client running")
-	if stop != nil {
-		if err := stop(); err != nil {
-			return err
-		}
-	}
-	if err := e.a.agent.start(); err != nil {
-		return err
-	}
-	return nsPoll(nsTestWait+fcLease, func() error {
-		if e.a.agent.exited() {
-			return fmt.Errorf("agent of %s exited after its restart%s", e.a.name, nsTail(e.a.agent.logPath, 20))
-		}
-		if nsCountInLog(e.a.agent, "claimd client running") <= before {
-			return fmt.Errorf("agent of %s exp: running again got: not yet", e.a.name)
-		}
-		n, _, err := e.admin.Node(nsTestCtx(e.t, 10*time.Second), e.a.nodeID, structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Status != structs.NodeStatusReady {
-			return fmt.Errorf("node %s exp: ready got: %s", e.a.name, n.Status)
-		}
-		return nil
+// keep: killed before the lab's namespaces go (the backend's shutdown
+// kills only its own processes; the lab's cleanup would get these too).
+func (f *fcNetns) keep(name string, cmd *exec.Cmd) {
+	f.c.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 	})
 }
 
-// orderlyStop stops an allocation the way an orchestrator does: the
-// workload first (unless its launcher stops it with the claim), then the
-// allocation, whose release unmounts the volume.
-func (e *fcEnv) orderlyStop(w *fwWriter, alloc string) error {
-	if !e.launch.stopsWithClaim() {
-		w.kill()
-	}
-	if _, err := e.admin.StopAllocs(nsTestCtx(e.t, 30*time.Second), alloc); err != nil {
-		return fmt.Errorf("stop %s: %w", alloc, err)
-	}
-	if err := w.waitDead(nsTestWait); err != nil {
-		return fmt.Errorf("ordinary stop of %s: %w", alloc, err)
-	}
-	return nil
+// fcNsNode is one worker's agent process.
+type fcNsNode struct {
+	c *netnsCluster
+	w *nsWorker
+	// readyBefore counts "claimd client running" lines before the last
+	// start.
+	readyBefore int
 }
 
-func (e *fcEnv) place(alloc, vol string, w *nsWorker) {
-	e.t.Helper()
-	a := &structs.Alloc{ID: alloc, NodeID: w.nodeID, Volumes: []*structs.AllocVolumeRequest{{VolumeID: vol}}}
-	if _, err := e.admin.PlaceAllocs(nsTestCtx(e.t, 30*time.Second), a); err != nil {
-		e.t.Fatal(err)
-	}
+func (n *fcNsNode) name() string    { return n.w.name }
+func (n *fcNsNode) id() string      { return n.w.nodeID }
+func (n *fcNsNode) dataDir() string { return filepath.Join(n.c.dataDir, n.w.name) }
+func (n *fcNsNode) crash() error    { return n.w.agent.kill() }
+func (n *fcNsNode) stop() error     { return n.w.agent.terminate(30 * time.Second) }
+func (n *fcNsNode) start() error {
+	n.readyBefore = nsCountInLog(n.w.agent, "claimd client running")
+	return n.w.agent.start()
 }
-
-func (e *fcEnv) status(alloc string) (structs.AllocClientStatus, string) {
-	a, _, err := e.admin.Alloc(nsTestCtx(e.t, 10*time.Second), alloc, structs.QueryOptions{})
-	if err != nil {
-		return "", err.Error()
-	}
-	return a.ClientStatus, a.ClientDescription
+func (n *fcNsNode) ready() bool {
+	return nsCountInLog(n.w.agent, "claimd client running") > n.readyBefore
 }
+func (n *fcNsNode) running() bool  { return !n.w.agent.exited() }
+func (n *fcNsNode) canPause() bool { return true }
+func (n *fcNsNode) pause() error   { return n.w.agent.pause() }
+func (n *fcNsNode) resume() error  { return n.w.agent.resume() }
+func (n *fcNsNode) paused() bool   { return n.w.agent.isPaused() }
 
-func (e *fcEnv) waitRunning(alloc string, within time.Duration) time.Time {
-	e.t.Helper()
-	if err := nsPoll(within, func() error {
-		if st, desc := e.status(alloc); st != structs.AllocClientRunning {
-			return fmt.Errorf("%s exp: running got: %s (%s)", alloc, st, desc)
-		}
-		return nil
-	}); err != nil {
-		e.t.Fatalf("%v", err)
-	}
-	return time.Now()
-}
-
-// held lists the volumes in a node's held-claims record.
-func (e *fcEnv) held(w *nsWorker) []string {
-	b, err := os.ReadFile(filepath.Join(e.c.dataDir, w.name, "held-claims.json"))
-	if err != nil {
+// terminate stops the process gracefully (SIGTERM, as `systemctl stop`
+// does) and waits until it is reaped.
+func (p *nsProc) terminate(wait time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	running := p.running()
+	p.want, p.paused = false, false
+	p.mu.Unlock()
+	if !running {
 		return nil
 	}
-	var held []struct {
-		VolumeID string `json:"volume_id"`
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(wait):
+		return &os.SyscallError{Syscall: "netns: " + p.name + " not stopped after SIGTERM within " + wait.String(), Err: syscall.ETIMEDOUT}
 	}
-	_ = json.Unmarshal(b, &held)
-	var out []string
-	for _, h := range held {
-		out = append(out, h.VolumeID)
-	}
-	return out
 }
 
-func mapKeys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
+// isPaused reports whether the backend stopped the process with SIGSTOP.
+func (p *nsProc) isPaused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
 }
 
-func readOr(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return string(b)
+// nsCountInLog counts a string in a process's log (all its starts).
+func nsCountInLog(p *nsProc, s string) int {
+	b, _ := os.ReadFile(p.logPath)
+	return strings.Count(string(b), s)
 }

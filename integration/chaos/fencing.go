@@ -13,16 +13,62 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/claimd/claimd/api"
 )
 
-// The parts of the fencing nemeses (issue 39, TestChaos_NetnsFencing):
-// the writer program, the fence command the agent runs, and how a writer
-// is tied to its node's lease (fwLauncher). See doc.go "Fencing".
+// The parts of the fencing nemeses (issue 39; TestChaos_NetnsFencing and
+// TestChaos_InProcessFencing, fencing_test.go): the writer program, the
+// fence command the agents run, how a writer is tied to its node's lease
+// (fwLauncher), and what the nemeses need from a backend (fcBackend).
+// See doc.go "Fencing".
+
+// fcBackend is what the fencing nemeses need from a cluster backend.
+type fcBackend interface {
+	// admin is an operator's API client (closed by the backend).
+	admin() *api.Client
+	// nodes are the two client nodes: A, which the faults hit, and B.
+	nodes() (a, b fcNode)
+	isolate(n fcNode) error
+	heal() error
+	// command prepares argv to run on n's host (in its network namespace
+	// where it has one), not started.
+	command(n fcNode, argv []string) *exec.Cmd
+	// logDir keeps the writers' logs with the cluster's.
+	logDir() string
+	// claimd is the claimd binary, for `claimd exec` and `claimd keeper`.
+	claimd(t *testing.T) string
+	// keep makes the backend stop cmd, started, when the test ends.
+	keep(name string, cmd *exec.Cmd)
+}
+
+// fcNode is one client node's agent.
+type fcNode interface {
+	name() string
+	id() string
+	// dataDir is the agent's data dir (held claims, the lease file).
+	dataDir() string
+	// crash stops the agent as a crash does: no unmount, no goodbye.
+	crash() error
+	// stop stops it gracefully (SIGTERM, `systemctl stop`).
+	stop() error
+	// start runs it again on its data dir; ready reports whether it says
+	// it runs (reached the servers) since the last start.
+	start() error
+	ready() bool
+	running() bool
+	// pause and resume freeze and thaw it (SIGSTOP, SIGCONT), where
+	// canPause says the backend can.
+	canPause() bool
+	pause() error
+	resume() error
+	paused() bool
+}
 
 // flagFenceLauncher picks how the fencing nemeses run their writers.
 var flagFenceLauncher = flag.String("chaos.fence-launcher", "auto",
 	"how TestChaos_NetnsFencing ties its writers to the node lease: hook (the agent's fence command kills the writer by pid), "+
-		"exec (the writer runs under `claimd exec`), or auto (exec when the built claimd has it)")
+		"exec (the writer runs under `claimd exec`), keeper (`claimd keeper` runs the fence command too), or auto (exec when the built claimd has it)")
 
 var (
 	fwToolOnce sync.Once
@@ -127,13 +173,20 @@ func (h *fenceHook) hangPids() []int {
 // fence command; they differ in what stops the writer.
 type fwLauncher interface {
 	name() string
-	// argv is the command line running writer as alloc's workload on w.
-	argv(c *netnsCluster, w *nsWorker, alloc string, writer []string) []string
+	// setup starts what the launcher needs on every node, once.
+	setup(t *testing.T, b fcBackend, h *fenceHook)
+	// argv is the command line running writer as alloc's workload of vol
+	// on n.
+	argv(n fcNode, alloc, vol string, writer []string) []string
 	// stopsWithClaim: the launcher stops the writer itself when the agent
 	// unmounts the volume at an ordinary stop (claimd exec does, on the
 	// claim's Stopping); otherwise the test stops the writer first, as an
 	// orchestrator stops a task before its volumes.
 	stopsWithClaim() bool
+	// covers reports whether the launcher can stop a writer when the fence
+	// command behaves as hookMode says: a keeper runs the same command as
+	// the agent, so a fence command that fails or hangs defeats both.
+	covers(hookMode string) bool
 }
 
 // fwHook: nothing but the agent's fence command stops the writer (the
@@ -141,28 +194,71 @@ type fwLauncher interface {
 // `claimd exec` rely on: the fence holds only while the agent runs.
 type fwHook struct{}
 
-func (fwHook) name() string { return "hook" }
-func (fwHook) argv(_ *netnsCluster, _ *nsWorker, _ string, writer []string) []string {
+func (fwHook) name() string                            { return "hook" }
+func (fwHook) setup(*testing.T, fcBackend, *fenceHook) {}
+func (fwHook) argv(_ fcNode, _, _ string, writer []string) []string {
 	return writer
 }
 func (fwHook) stopsWithClaim() bool { return false }
+func (fwHook) covers(string) bool   { return true }
 
 // fwExec: the writer runs under `claimd exec`, which kills it when the
 // lease in the agent's published lease file cannot be shown live, with
 // or without the agent (the fence command still runs too).
 type fwExec struct{ bin string }
 
-func (fwExec) name() string { return "exec" }
-func (e fwExec) argv(c *netnsCluster, w *nsWorker, alloc string, writer []string) []string {
-	return append([]string{e.bin, "exec", "-alloc", alloc, "-data-dir", filepath.Join(c.dataDir, w.name), "--"}, writer...)
+func (fwExec) name() string                            { return "exec" }
+func (fwExec) setup(*testing.T, fcBackend, *fenceHook) {}
+func (e fwExec) argv(n fcNode, alloc, vol string, writer []string) []string {
+	return append([]string{e.bin, "exec", "-alloc", alloc, "-volume", vol, "-data-dir", n.dataDir(), "--"}, writer...)
 }
 func (fwExec) stopsWithClaim() bool { return true }
+func (fwExec) covers(string) bool   { return true }
+
+// fwKeeper: the writer runs on its own, as a container or a service
+// would, and `claimd keeper` (one per node, a process of its own next to
+// the agent) runs the same fence command when the agent has not renewed
+// the lease by the deadline.
+type fwKeeper struct {
+	fwHook
+	bin string
+}
+
+func (fwKeeper) name() string { return "keeper" }
+func (k fwKeeper) setup(t *testing.T, b fcBackend, h *fenceHook) {
+	t.Helper()
+	a, bn := b.nodes()
+	for _, n := range []fcNode{a, bn} {
+		cmd := b.command(n, []string{k.bin, "keeper", "-data-dir", n.dataDir(), "-fence-command", h.command(),
+			"-fence-timeout", "1s", "-state-dir", n.dataDir() + "-keeper", "-log-level", "debug"})
+		out, err := os.OpenFile(filepath.Join(b.logDir(), n.name()+"-keeper.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		err = cmd.Start()
+		out.Close() // the child holds its own descriptor
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.keep(n.name()+"-keeper", cmd)
+	}
+}
+func (fwKeeper) covers(hookMode string) bool { return hookMode == "kill" }
 
 // hasExec reports whether the built claimd has `claimd exec` with the
 // flags fwExec passes.
 func hasExec(bin string) bool {
 	out, _ := exec.Command(bin, "exec", "-help").CombinedOutput()
 	return bytes.Contains(out, []byte("-alloc")) && bytes.Contains(out, []byte("-data-dir"))
+}
+
+// hasKeeper reports whether the built claimd has `claimd keeper` with the
+// flags fwKeeper passes.
+func hasKeeper(bin string) bool {
+	out, _ := exec.Command(bin, "keeper", "-help").CombinedOutput()
+	return bytes.Contains(out, []byte("-fence-command")) && bytes.Contains(out, []byte("-state-dir"))
 }
 
 // fwPickLauncher is the launcher -chaos.fence-launcher asks for.
@@ -176,13 +272,18 @@ func fwPickLauncher(t *testing.T, bin string) fwLauncher {
 			t.Fatalf("-chaos.fence-launcher=exec: %s has no `claimd exec` with -alloc and -data-dir", bin)
 		}
 		return fwExec{bin: bin}
+	case "keeper":
+		if !hasKeeper(bin) {
+			t.Fatalf("-chaos.fence-launcher=keeper: %s has no `claimd keeper` with -fence-command and -state-dir", bin)
+		}
+		return fwKeeper{bin: bin}
 	case "auto":
 		if hasExec(bin) {
 			return fwExec{bin: bin}
 		}
 		return fwHook{}
 	default:
-		t.Fatalf("-chaos.fence-launcher: exp: hook, exec or auto got: %q", *flagFenceLauncher)
+		t.Fatalf("-chaos.fence-launcher: exp: hook, exec, keeper or auto got: %q", *flagFenceLauncher)
 		return nil
 	}
 }
@@ -198,21 +299,21 @@ type fwWriter struct {
 
 // fwStart runs a writer for alloc on w through mount and returns once it
 // wrote its first record.
-func fwStart(t *testing.T, c *netnsCluster, l fwLauncher, tool string, h *fenceHook, w *nsWorker, alloc, mount string) *fwWriter {
+func fwStart(t *testing.T, b fcBackend, l fwLauncher, tool string, h *fenceHook, n fcNode, alloc, vol, mount string) *fwWriter {
 	t.Helper()
 	wr := &fwWriter{
-		id:      w.name + ":" + alloc,
-		log:     filepath.Join(c.logDir, "writer-"+alloc+".records"),
+		id:      n.name() + ":" + alloc,
+		log:     filepath.Join(b.logDir(), "writer-"+alloc+".records"),
 		pidFile: h.pidFile(alloc),
 	}
 	_ = os.Remove(wr.pidFile)
-	argv := l.argv(c, w, alloc, []string{tool, "-id", wr.id, "-mount", mount, "-log", wr.log, "-pidfile", wr.pidFile})
-	out, err := os.OpenFile(filepath.Join(c.logDir, "writer-"+alloc+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	argv := l.argv(n, alloc, vol, []string{tool, "-id", wr.id, "-mount", mount, "-log", wr.log, "-pidfile", wr.pidFile})
+	out, err := os.OpenFile(filepath.Join(b.logDir(), "writer-"+alloc+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer out.Close() // the child holds its own descriptor
-	wr.cmd = c.lab.Exec(w.name, argv[0], argv[1:]...)
+	wr.cmd = b.command(n, argv)
 	wr.cmd.Stdout, wr.cmd.Stderr = out, out
 	wr.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := wr.cmd.Start(); err != nil {
@@ -290,37 +391,4 @@ func (w *fwWriter) waitDead(d time.Duration) error {
 		}
 		return nil
 	})
-}
-
-// terminate stops the process gracefully (SIGTERM, as `systemctl stop`
-// does) and waits until it is reaped.
-func (p *nsProc) terminate(wait time.Duration) error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	running := p.running()
-	p.want, p.paused = false, false
-	p.mu.Unlock()
-	if !running {
-		return nil
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(wait):
-		return fmt.Errorf("netns: %s (pid %d) not stopped %s after SIGTERM", p.name, cmd.Process.Pid, wait)
-	}
-}
-
-// isPaused reports whether the backend stopped the process with SIGSTOP.
-func (p *nsProc) isPaused() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.paused
-}
-
-// nsCountInLog counts a string in a process's log (all its starts).
-func nsCountInLog(p *nsProc, s string) int {
-	b, _ := os.ReadFile(p.logPath)
-	return strings.Count(string(b), s)
 }
