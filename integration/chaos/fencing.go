@@ -322,7 +322,9 @@ func fwStart(t *testing.T, b fcBackend, l fwLauncher, tool string, h *fenceHook,
 	wr.done = make(chan struct{})
 	go func() { _ = wr.cmd.Wait(); close(wr.done) }()
 	t.Cleanup(wr.kill)
-	if err := nsPoll(nsTestWait, func() error {
+	// A writer starts in milliseconds; claimd exec first waits for the
+	// lease file to list the claim (the agent writes it as it mounts).
+	if err := nsPoll(20*time.Second, func() error {
 		if n := wr.records(); n == 0 {
 			if nsClosed(wr.done) {
 				return fmt.Errorf("writer %s exited: %s", wr.id, nsTail(out.Name(), 10))
