@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The overlap checker of the fencing nemeses (issue 39): a single-writer
@@ -256,4 +258,13 @@ func fwCheck(volumeFile string, logs ...string) ([]fwOverlap, map[string]int, er
 		counts[r.Writer]++
 	}
 	return append(fwOverlaps(all), fwFileOrder(inFile)...), counts, nil
+}
+
+// fwNow reads CLOCK_BOOTTIME (ns), the clock of the records.
+func fwNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
 }
