@@ -65,8 +65,10 @@ type fcRun struct {
 	dataFile string
 	// faultAt is when the fault began; bMoved when B's allocation ran.
 	faultAt, bMoved time.Time
-	// backAt is when node A was back (CLOCK_BOOTTIME, the records' clock).
-	backAt int64
+	// backAt is when node A was back (CLOCK_BOOTTIME, the records' clock;
+	// backWall the wall clock then, the hook log's).
+	backAt   int64
+	backWall time.Time
 }
 
 // fcAgentArgs are the lease and fence command of both nodes' agents: B's
@@ -286,7 +288,7 @@ func (e *fcEnv) run(t *testing.T, s fcScenario) {
 			t.Fatalf("%s: bringing node A back: %v", s.name, err)
 		}
 	}
-	r.backAt = fwNow()
+	r.backAt, r.backWall = fwNow(), time.Now()
 	// A's node is back: whatever is meant to stop A's writer has had its
 	// chance. One that still runs is a second writer now.
 	if err := r.wA.waitDead(10 * time.Second); err != nil {
@@ -355,8 +357,8 @@ func (e *fcEnv) checkOverlap(r *fcRun) {
 		t.Errorf("records exp: both writers' got: %v", counts)
 	}
 	for _, o := range overlaps {
-		t.Errorf("single writer exp: no overlap got: %s; A's last write %s after node A was back", o,
-			time.Duration(o.Until-r.backAt).Round(time.Millisecond))
+		t.Errorf("single writer exp: no overlap got: %s; A's last write %s after node A was back (at %d ns, wall)", o,
+			time.Duration(o.Until-r.backAt).Round(time.Millisecond), r.backWall.UnixNano())
 	}
 	all, _ := fwReadFile(r.wA.log)
 	allB, _ := fwReadFile(r.wB.log)
