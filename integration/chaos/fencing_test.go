@@ -240,6 +240,17 @@ func (e *fcEnv) run(t *testing.T, s fcScenario) {
 	if s.needsPause && !e.a.canPause() {
 		t.Skip("this backend cannot pause an agent")
 	}
+	// The nemesis before may have left A marked down (a node cut off
+	// registers again after the heal): both nodes ready first.
+	start := time.Now()
+	for _, n := range []fcNode{e.a, e.b} {
+		if err := nsPoll(nsTestWait+fcLease, func() error { return e.nodeReady(n) }); err != nil {
+			t.Fatalf("before %s: %v", s.name, err)
+		}
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("fencing: %s: waited %s for both nodes to be ready", s.name, waited.Round(10*time.Millisecond))
+	}
 	v := volume(r.vol, nsPluginID, structs.AccessModeSingleNodeWriter)
 	v.NodeLost = s.policy
 	if _, err := e.admin.RegisterVolumes(nsTestCtx(t, 30*time.Second), v); err != nil {
@@ -420,15 +431,20 @@ func (e *fcEnv) restartAgent(stop func() error) error {
 		if !e.a.ready() {
 			return fmt.Errorf("agent of %s exp: running again got: not yet", e.a.name())
 		}
-		n, _, err := e.admin.Node(nsTestCtx(e.t, 10*time.Second), e.a.id(), structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Status != structs.NodeStatusReady {
-			return fmt.Errorf("node %s exp: ready got: %s", e.a.name(), n.Status)
-		}
-		return nil
+		return e.nodeReady(e.a)
 	})
+}
+
+// nodeReady: the servers see the node ready.
+func (e *fcEnv) nodeReady(n fcNode) error {
+	node, _, err := e.admin.Node(nsTestCtx(e.t, 10*time.Second), n.id(), structs.QueryOptions{})
+	if err != nil {
+		return err
+	}
+	if node.Status != structs.NodeStatusReady {
+		return fmt.Errorf("node %s exp: ready got: %s", n.name(), node.Status)
+	}
+	return nil
 }
 
 // orderlyStop stops an allocation the way an orchestrator does: the
