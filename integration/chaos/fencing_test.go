@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -203,7 +204,11 @@ func fcScenarios() []fcScenario {
 					if err := e.restartAgent(nil); err != nil {
 						return err
 					}
-					return r.wA.signal(syscall.SIGCONT)
+					// Gone already (ESRCH) is what the agent should do.
+					if err := r.wA.signal(syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
+						return err
+					}
+					return nil
 				}, nil
 			},
 			free: func(e *fcEnv, r *fcRun) error {
