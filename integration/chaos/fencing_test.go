@@ -204,6 +204,12 @@ func fcScenarios() []fcScenario {
 					if err := e.restartAgent(nil); err != nil {
 						return err
 					}
+					// The returning agent stops the writer before the
+					// node is ready: the servers decided, the node
+					// complies. Thawed now, a writer still there writes.
+					if r.wA.alive() {
+						e.t.Errorf("A's frozen writer when node A was ready again exp: stopped by the returning agent got: still there (pid %d)", r.wA.pid())
+					}
 					// Gone already (ESRCH) is what the agent should do.
 					if err := r.wA.signal(syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
 						return err
