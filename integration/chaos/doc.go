@@ -148,6 +148,48 @@ package chaos
 // same path at clock rate 1, with the leader lost together with the node,
 // and with a fence whose unmount fails.
 //
+// # Fencing (issue 39)
+//
+// TestChaos_NetnsFencing and TestChaos_InProcessFencing (fencing_test.go)
+// are the nemeses of node A misbehaving rather than being cut off. Both
+// client nodes hold a 6 s lease and run the test's fence command (a script
+// whose mode file makes it kill the allocation's writer by pid, exit 1, or
+// hang in `sleep 600`). In each nemesis a real writer process
+// (integration/testdata/fencewriter: one file held open O_APPEND, a record
+// every 50 ms, fsynced, stamped with CLOCK_BOOTTIME) runs on A against a
+// single-node-writer volume; the fault hits A; the volume is then claimed
+// from B, which runs a writer of its own; A comes back. The nemeses:
+//
+//	agent-restart        SIGTERM and start again within the lease: nothing
+//	                     moves; an ordinary stop then hands the volume on
+//	agent-sigstop        the agent frozen past the lease, then SIGCONT
+//	                     (netns only: one process cannot freeze a part)
+//	agent-kill9          kill -9 (in process: a shutdown that leaves the
+//	                     mounts), started again after B took the volume
+//	fence-command-fails  A cut off; the fence command exits 1
+//	fence-command-hangs  A cut off; the fence command never returns, and
+//	                     nothing it started may outlive its timeout
+//	force-detach-return  wait policy: A's agent killed and its writer
+//	                     frozen (the node is down); the operator's
+//	                     `volume detach -force`; B takes the volume; A's
+//	                     agent returns, and only once it reports running
+//	                     does the writer thaw: the agent must have stopped
+//	                     it by then
+//
+// The overlap checker (overlap.go) reads both writers' records: two
+// writers of one single-writer volume must never both have written, by
+// time (a write of A that ended after B's first began) or in the volume
+// file's order (a record of A after B's first). Every nemesis ends with
+// every claim released, on the servers and in both agents' held claims.
+//
+// What stops A's writer is the launcher (-chaos.fence-launcher): hook
+// (only the agent's fence command: what a node had before issue 39, which
+// no agent fault can be safe with), exec (the writer runs under `claimd
+// exec`, which watches the lease file on its own; the default when the
+// built claimd has it) or keeper (`claimd keeper` runs the fence command
+// too; the nemeses whose fence command fails or hangs are skipped, since
+// the keeper runs the same command).
+
 // # Storage tampered with
 //
 // The tamper-storage nemesis (tamper.go, issue 27) is in every schedule.

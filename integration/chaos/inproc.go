@@ -38,6 +38,9 @@ type InProcessOptions struct {
 	// LogLevel of every component's log file (default "info";
 	// CLAIMD_TEST_LOG overrides).
 	LogLevel string
+	// Agent, if set, adjusts each client agent's configuration (a node
+	// lease, a fence command) by host name.
+	Agent func(name string, cfg *client.Config)
 }
 
 // workloadHost is the network name the workload's clients dial as. It is
@@ -306,18 +309,27 @@ func (p *inprocPlugin) config() csi.PluginConfig {
 	return csi.PluginConfig{ID: PluginID, Type: typ, Socket: "unix://" + p.socket}
 }
 
-type inprocAgent struct{ a *client.Agent }
+// inprocAgent is one client agent; a is nil while it is stopped
+// (inproc_agents.go), cfg what it starts with.
+type inprocAgent struct {
+	a   *client.Agent
+	cfg client.Config
+}
 
 func (ip *inProcess) startAgent(name string, servers []string, plugins ...csi.PluginConfig) (*inprocAgent, error) {
-	a, err := client.New(client.Config{
+	cfg := client.Config{
 		Servers: servers, DataDir: filepath.Join(ip.dir, "client-"+name), NodeName: name, Plugins: plugins,
 		ProbeInterval: 200 * time.Millisecond, Logger: ip.logger("client-" + name),
 		Dialer: ip.hc.Net.Dialer(name),
-	})
+	}
+	if ip.opts.Agent != nil {
+		ip.opts.Agent(name, &cfg)
+	}
+	a, err := client.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client %s: %w", name, err)
 	}
-	ag := &inprocAgent{a: a}
+	ag := &inprocAgent{a: a, cfg: cfg}
 	ip.agents[name] = ag
 	return ag, nil
 }
@@ -328,7 +340,9 @@ func (ip *inProcess) stopAgentsAndPlugins() {
 	ip.latency = 0
 	ip.mu.Unlock()
 	for _, a := range ip.agents {
-		a.a.Shutdown()
+		if a.a != nil {
+			a.a.Shutdown()
+		}
 	}
 	for _, p := range ip.plugins {
 		p.stop()
