@@ -69,7 +69,7 @@ func runAllocStop(args []string, stdout, stderr io.Writer) int {
 func runAllocStatus(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("alloc status", stdout, stderr).jsonFlag("print JSON")
 	node := x.fs.String("node", "", "only this node's allocations")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+	return x.run(args, atMost(1, "usage: claimd alloc status [-json] [-node NODE] [ID]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "alloc status", pos, func(id string) (*structs.Alloc, error) {
 			a, _, err := c.Alloc(ctx, id, structs.QueryOptions{})
 			return a, err

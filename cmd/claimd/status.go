@@ -15,7 +15,7 @@ import (
 
 func runNodeStatus(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+	return x.run(args, atMost(1, "usage: claimd node status [-json] [NODE]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "node status", pos, func(id string) (*structs.Node, error) {
 			n, _, err := c.Node(ctx, id, structs.QueryOptions{})
 			return n, err
@@ -92,7 +92,7 @@ func pluginHealth(m map[string]*structs.CSIInfo) string {
 
 func runPluginStatus(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("plugin status", stdout, stderr).jsonFlag("print JSON")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+	return x.run(args, atMost(1, "usage: claimd plugin status [-json] [PLUGIN]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "plugin status", pos, func(id string) (*structs.Plugin, error) {
 			p, _, err := c.Plugin(ctx, id, structs.QueryOptions{})
 			return p, err
