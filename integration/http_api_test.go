@@ -231,8 +231,8 @@ func testHTTPMetricsHealthSnapshots(t *testing.T, e *httpEnv, reader string) {
 	// as a Bearer credential, on this route as on every other.
 	for _, c := range []struct {
 		name, header, extra string
-		status               int
-		body                 string
+		status              int
+		body                string
 	}{
 		{"bearer", "Bearer " + e.mgmt, "", 200, ""},
 		{"bearer without the management token", "Bearer " + reader, "", 403, ""},
