@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
@@ -42,15 +43,61 @@ func runAllocRun(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("alloc run", stdout, stderr)
 	node := x.fs.String("node", "", "node ID to place the allocation on (required)")
 	id := x.fs.String("id", "", "allocation ID (default: a new UUID)")
+	wait := x.fs.Bool("wait", false, "wait until the allocation runs (its volumes mounted) or fails, showing its progress")
+	waitTimeout := x.fs.Duration("wait-timeout", 5*time.Minute, "with -wait: give up waiting after this long (the allocation stays placed)")
 	var vols volumeFlags
 	x.fs.Var(&vols, "volume", "volume to claim, VOL or VOL:ro (repeatable)")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
+	return x.run(args, noArguments, func(ctx context.Context, c *api.Client, _ []string) int {
 		if *id == "" {
 			*id = newID()
 		}
 		_, err := c.PlaceAllocs(ctx, &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols})
-		return x.done(err, "alloc run", "Allocation %q placed on node %q\n", *id, *node)
+		if code := x.done(err, "alloc run", "Allocation %q placed on node %q\n", *id, *node); code != 0 || !*wait {
+			return code
+		}
+		return waitRunning(x, c, *id, *waitTimeout)
 	})
+}
+
+// waitRunning follows an allocation with blocking queries until it runs
+// (the client agent reports running once every volume is mounted), fails
+// or is lost, printing each change of its status: `alloc run -wait`, so
+// that a script writes into the mount only once it exists.
+func waitRunning(x *cmd, c *api.Client, id string, limit time.Duration) int {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var index uint64
+	last := ""
+	for {
+		a, meta, err := c.Alloc(ctx, id, structs.QueryOptions{MinQueryIndex: index, MaxQueryTime: 30 * time.Second})
+		switch {
+		case ctx.Err() != nil:
+			return x.fail("alloc run: allocation %q did not run within %s (last: %s); it stays placed", id, limit, orDash(last))
+		case err != nil:
+			return x.fail("alloc run: waiting for %q: %v", id, err)
+		case a == nil:
+			return x.fail("alloc run: allocation %q is gone", id)
+		}
+		index = meta.Index
+		now := string(a.ClientStatus)
+		if a.ClientDescription != "" {
+			now += ": " + a.ClientDescription
+		}
+		if now != last {
+			fmt.Fprintf(x.stdout, "  %s  %s\n", time.Now().Format("15:04:05.000"), now)
+			last = now
+		}
+		switch a.ClientStatus {
+		case structs.AllocClientRunning:
+			fmt.Fprintf(x.stdout, "Allocation %q is running\n", id)
+			return 0
+		case structs.AllocClientFailed, structs.AllocClientLost, structs.AllocClientComplete:
+			return x.fail("alloc run: allocation %q is %s: %s", id, a.ClientStatus, orDash(a.ClientDescription))
+		}
+		if a.DesiredStatus == structs.AllocDesiredStop {
+			return x.fail("alloc run: allocation %q was stopped before it ran", id)
+		}
+	}
 }
 
 func runAllocStop(args []string, stdout, stderr io.Writer) int {
