@@ -12,7 +12,8 @@ import (
 	"github.com/claimd/claimd/integration/harness"
 )
 
-// `alloc run -wait` returns once the allocation runs, its volume mounted:
+// `alloc run -wait` returns once the allocation runs, its volume mounted
+// (and nodes and allocations are found by name and ID prefix, below):
 // the "Creating volumes" walk-through wrote into the mount path right
 // after `alloc run`, before the mount existed. A second writer on the
 // single-node-writer volume waits, shows why, and gives up at
@@ -61,5 +62,27 @@ func TestCLI_AllocRunWaitReturnsOnceMounted(t *testing.T) {
 	}
 	if r := cli("alloc", "status", "web2", "-json"); r.Code != 0 || !strings.Contains(r.Stdout, `"web2"`) {
 		t.Fatalf("web2 exp: still placed got: %+v", r)
+	}
+
+	// Nodes and allocations by what an operator sees: a node's name or
+	// an ID prefix, an allocation's ID prefix; two matches list both.
+	name := regexp.MustCompile(`"name": "([^"]+)"`).FindStringSubmatch(cli("node", "status", node, "-json").Stdout)
+	if name == nil {
+		t.Fatal("node status: no name")
+	}
+	for _, arg := range []string{name[1], node[:8]} {
+		if r := cli("node", "status", arg, "-json"); r.Code != 0 || !strings.Contains(r.Stdout, `"id": "`+node+`"`) {
+			t.Fatalf("node status %s exp: node %s got: %+v", arg, node, r)
+		}
+	}
+	if r := cli("alloc", "status", "-node", node[:8], "-json"); r.Code != 0 || !strings.Contains(r.Stdout, `"web1"`) {
+		t.Fatalf("alloc status -node PREFIX exp: web1 listed got: %+v", r)
+	}
+	r = cli("alloc", "status", "web")
+	if r.Code != 1 || !strings.Contains(r.Stderr, `"web" names 2 allocations`) || !strings.Contains(r.Stderr, "web1") || !strings.Contains(r.Stderr, "web2") {
+		t.Fatalf("alloc status web exp: ambiguous, both listed got: %+v", r)
+	}
+	if r := cli("alloc", "stop", "web2"); r.Code != 0 {
+		t.Fatalf("alloc stop web2: %+v", r)
 	}
 }

@@ -51,7 +51,11 @@ func runAllocRun(args []string, stdout, stderr io.Writer) int {
 		if *id == "" {
 			*id = newID()
 		}
-		_, err := c.PlaceAllocs(ctx, &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols})
+		var err error
+		if *node, err = resolveNode(ctx, c, *node); err != nil {
+			return x.fail("alloc run: -node: %v", err)
+		}
+		_, err = c.PlaceAllocs(ctx, &structs.Alloc{ID: *id, NodeID: *node, Volumes: vols})
 		if code := x.done(err, "alloc run", "Allocation %q placed on node %q\n", *id, *node); code != 0 || !*wait {
 			return code
 		}
@@ -101,7 +105,7 @@ func waitRunning(x *cmd, c *api.Client, id string, limit time.Duration) int {
 }
 
 func runAllocStop(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("alloc stop", stdout, stderr)
+	x := newServerCmd("alloc stop", stdout, stderr).allocAt(-1)
 	return x.run(args, atLeast(1, "usage: claimd alloc stop ID [ID...]"), func(ctx context.Context, c *api.Client, ids []string) int {
 		if _, err := c.StopAllocs(ctx, ids...); err != nil {
 			return x.fail("alloc stop: %v", err)
@@ -114,14 +118,18 @@ func runAllocStop(args []string, stdout, stderr io.Writer) int {
 }
 
 func runAllocStatus(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("alloc status", stdout, stderr).jsonFlag("print JSON")
+	x := newServerCmd("alloc status", stdout, stderr).jsonFlag("print JSON").allocAt(0)
 	node := x.fs.String("node", "", "only this node's allocations")
 	return x.run(args, atMost(1, "usage: claimd alloc status [-json] [-node NODE] [ID]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "alloc status", pos, func(id string) (*structs.Alloc, error) {
 			a, _, err := c.Alloc(ctx, id, structs.QueryOptions{})
 			return a, err
 		}, func() ([]*structs.Alloc, error) {
-			allocs, _, err := c.Allocs(ctx, *node, structs.QueryOptions{})
+			id, err := resolveNode(ctx, c, *node)
+			if err != nil {
+				return nil, err
+			}
+			allocs, _, err := c.Allocs(ctx, id, structs.QueryOptions{})
 			return allocs, err
 		}, "No allocations", func(w io.Writer, a *structs.Alloc) { printAllocs(w, []*structs.Alloc{a}) }, printAllocs)
 	})

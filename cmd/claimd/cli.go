@@ -70,6 +70,10 @@ type cmd struct {
 	fs             *flag.FlagSet
 	conn           cliFlags
 	asJSON         bool // -json, when the command took jsonFlag
+	// nodeArgs and allocArgs are the positional arguments that name a
+	// node or an allocation (-1: every one), resolved to full IDs
+	// (resolve.go) before the command runs.
+	nodeArgs, allocArgs []int
 	stdout, stderr io.Writer
 }
 
@@ -88,6 +92,41 @@ func newServerCmd(name string, stdout, stderr io.Writer) *cmd {
 	c := newCmd(name, stdout, stderr)
 	c.conn.register(c.fs)
 	return c
+}
+
+// nodeAt says positional argument i names a node (a name or an ID
+// prefix will do).
+func (c *cmd) nodeAt(i int) *cmd {
+	c.nodeArgs = append(c.nodeArgs, i)
+	return c
+}
+
+// allocAt says positional argument i (-1: every one) names an allocation.
+func (c *cmd) allocAt(i int) *cmd {
+	c.allocArgs = append(c.allocArgs, i)
+	return c
+}
+
+// resolveArgs turns the node and allocation arguments into full IDs.
+func (c *cmd) resolveArgs(ctx context.Context, cl *api.Client, pos []string) error {
+	for _, set := range []struct {
+		at      []int
+		resolve func(context.Context, *api.Client, string) (string, error)
+	}{{c.nodeArgs, resolveNode}, {c.allocArgs, resolveAlloc}} {
+		for _, i := range set.at {
+			for j := range pos {
+				if i != j && i != -1 {
+					continue
+				}
+				id, err := set.resolve(ctx, cl, pos[j])
+				if err != nil {
+					return err
+				}
+				pos[j] = id
+			}
+		}
+	}
+	return nil
 }
 
 // jsonFlag adds -json; json prints with it.
@@ -191,6 +230,9 @@ func (c *cmd) run(args []string, check argCheck, do func(ctx context.Context, cl
 		return c.fail("%v", err)
 	}
 	defer done()
+	if err := c.resolveArgs(ctx, cl, pos); err != nil {
+		return c.fail("%v", err)
+	}
 	return do(ctx, cl, pos)
 }
 

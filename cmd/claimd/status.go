@@ -14,7 +14,7 @@ import (
 )
 
 func runNodeStatus(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON")
+	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON").nodeAt(0)
 	return x.run(args, atMost(1, "usage: claimd node status [-json] [NODE]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "node status", pos, func(id string) (*structs.Node, error) {
 			n, _, err := c.Node(ctx, id, structs.QueryOptions{})

@@ -20,7 +20,7 @@ func runSystemGC(args []string, stdout, stderr io.Writer) int {
 }
 
 func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume detach", stdout, stderr)
+	x := newServerCmd("volume detach", stdout, stderr).nodeAt(1)
 	force := x.fs.Bool("force", false, "skip the node detach: for a node that is gone for good (its mounts are not cleaned up)")
 	return x.run(args, exactly(2, "usage: claimd volume detach [-force] VOLUME NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
 		if *force {
