@@ -67,14 +67,14 @@ func flagOrEnv(flagValue, env string) string {
 // one (newCmd or newServerCmd); run is the prologue and epilogue of those
 // that call a server.
 type cmd struct {
-	fs             *flag.FlagSet
-	conn           cliFlags
-	asJSON         bool // -json, when the command took jsonFlag
+	fs     *flag.FlagSet
+	conn   cliFlags
+	asJSON bool // -json, when the command took jsonFlag
 	// nodeArgs and allocArgs are the positional arguments that name a
 	// node or an allocation (-1: every one), resolved to full IDs
 	// (resolve.go) before the command runs.
 	nodeArgs, allocArgs []int
-	stdout, stderr io.Writer
+	stdout, stderr      io.Writer
 }
 
 // newCmd is a command that talks to no server (or not through the api
