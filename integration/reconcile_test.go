@@ -133,7 +133,7 @@ func TestReconcile_FindsBothWaysAndRepairsOnlyWhatIsSafe(t *testing.T) {
 
 	// A forced detach first says what the storage has.
 	res := cli("volume", "detach", "-force", "v2", e.clients["w2"].NodeID())
-	if !strings.Contains(res.Stderr, "Storage: v2 is still attached to: ext-w2 (node "+e.clients["w2"].NodeID()+")") {
+	if !strings.Contains(res.Stderr, "Storage, before this detach: v2 is attached to: ext-w2 (node "+e.clients["w2"].NodeID()+")") {
 		t.Fatalf("volume detach -force exp: the storage's view first got: %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }

@@ -32,7 +32,7 @@ func printNodes(w io.Writer, nodes []*structs.Node) {
 	fmt.Fprintln(tw, "ID\tName\tStatus\tEligibility\tLease\tNode Plugins\tController Plugins")
 	for _, n := range nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status, eligibilityText(n.Eligibility),
-			leaseText(n.Lease), pluginHealth(n.CSINodePlugins), pluginHealth(n.CSIControllerPlugins))
+			leaseText(n.Lease), nodePluginHealth(n, n.CSINodePlugins), nodePluginHealth(n, n.CSIControllerPlugins))
 	}
 	tw.Flush()
 }
@@ -73,6 +73,20 @@ func leaseText(d time.Duration) string {
 		return "none"
 	}
 	return d.String()
+}
+
+// nodePluginHealth is pluginHealth for a node's table row: a node that is
+// not ready has not reported its plugins' health since it went away, so
+// what it last reported is not shown as current.
+func nodePluginHealth(n *structs.Node, m map[string]*structs.CSIInfo) string {
+	if n.Status == structs.NodeStatusReady || len(m) == 0 {
+		return pluginHealth(m)
+	}
+	var parts []string
+	for _, id := range structs.SortedKeys(m) {
+		parts = append(parts, id+"(unknown: node "+string(n.Status)+")")
+	}
+	return strings.Join(parts, ",")
 }
 
 func pluginHealth(m map[string]*structs.CSIInfo) string {

@@ -30,11 +30,14 @@ func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return x.fail("volume detach: %v", err)
 		}
+		// What the servers recorded, not what the storage has done yet:
+		// the release goes on in the background, in order.
 		if len(resp.Released) > 0 {
-			fmt.Fprintf(stdout, "Released claims of allocs: %s\n", strings.Join(resp.Released, ", "))
+			fmt.Fprintf(stdout, "Release started for the claims of allocs: %s (node detach, then controller detach; `claimd volume status %s` shows when they are freed)\n",
+				strings.Join(resp.Released, ", "), pos[0])
 		}
 		if len(resp.Forced) > 0 {
-			fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s\n", strings.Join(resp.Forced, ", "))
+			fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s; the controller detach follows\n", strings.Join(resp.Forced, ", "))
 		}
 		return 0
 	})
@@ -49,9 +52,20 @@ func formatRetry(st structs.ReleaseStatus, ok bool) string {
 	if next < 0 {
 		next = 0
 	}
-	msg := st.LastError
-	if len(msg) > 80 {
-		msg = msg[:77] + "..."
-	}
+	msg := cutAtWord(st.LastError, 200)
 	return fmt.Sprintf("attempts=%d next=%s last=%q", st.Attempts, next, msg)
+}
+
+// cutAtWord shortens s to at most n bytes, at a space, so that a node ID
+// or a volume ID in a release error is shown whole or not at all (an
+// 80-byte cut used to leave "node detach: node 90b7...").
+func cutAtWord(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:n], ' ')
+	if cut <= 0 {
+		cut = n
+	}
+	return s[:cut] + " ..."
 }
