@@ -96,6 +96,9 @@ var commands = []command{
 			{name: "delete", usage: "delete an ACL token by accessor ID", run: runACLTokenDelete},
 		}},
 	}},
+	{name: "config", sub: []command{
+		{name: "validate", usage: "check agent configuration files as `agent -config` loads them, without starting anything", run: runConfigValidate},
+	}},
 	{name: "completion", usage: "print a bash or zsh completion script (claimd completion bash|zsh)", run: runCompletion},
 	{name: "version", usage: "print the version, the git commit and the Go version (also -version)", run: runVersion},
 	{name: "tls", sub: []command{
