@@ -56,6 +56,9 @@ const (
 	// admission back (issue 38).
 	PluginAdmitControllerRequestType  MessageType = 25
 	PluginRevokeControllerRequestType MessageType = 26
+	// AllocGCRequestType removes terminal allocations that hold no claim
+	// (`claimd system gc`, and a benchmark's own cleanup).
+	AllocGCRequestType MessageType = 27
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -14,8 +14,12 @@ import (
 func runSystemGC(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("system gc", stdout, stderr)
 	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
-		n, err := c.SystemGC(ctx)
-		return x.done(err, "system gc", "Claim GC done: %d evals created; pending releases retried now\n", n)
+		out, err := c.GarbageCollect(ctx, "")
+		if err != nil {
+			return x.fail("system gc: %v", err)
+		}
+		return x.done(nil, "system gc", "Claim GC done: %d evals created; pending releases retried now; %d finished allocations without claims removed\n",
+			out.EvalsCreated, out.AllocsRemoved)
 	})
 }
 
