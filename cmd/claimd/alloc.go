@@ -106,15 +106,66 @@ func waitRunning(x *cmd, c *api.Client, id string, limit time.Duration) int {
 
 func runAllocStop(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("alloc stop", stdout, stderr).allocAt(-1)
-	return x.run(args, atLeast(1, "usage: claimd alloc stop ID [ID...]"), func(ctx context.Context, c *api.Client, ids []string) int {
+	wait := x.fs.Bool("wait", false, "wait until the servers have freed every claim of the allocations (node detach, then controller detach)")
+	waitTimeout := x.fs.Duration("wait-timeout", 5*time.Minute, "with -wait: give up waiting after this long (the release goes on)")
+	return x.run(args, atLeast(1, "usage: claimd alloc stop [-wait] ID [ID...]"), func(ctx context.Context, c *api.Client, ids []string) int {
 		if _, err := c.StopAllocs(ctx, ids...); err != nil {
 			return x.fail("alloc stop: %v", err)
 		}
 		for _, id := range ids {
 			fmt.Fprintf(stdout, "Allocation %q stopping\n", id)
 		}
-		return 0
+		if !*wait {
+			return 0
+		}
+		return waitFreed(x, c, ids, *waitTimeout)
 	})
+}
+
+// waitFreed follows the volumes of stopped allocations with blocking
+// queries until none holds a claim of them, live or being released:
+// `alloc stop -wait`, so that a script's next step (delete the volume,
+// claim it elsewhere) does not race the release.
+func waitFreed(x *cmd, c *api.Client, ids []string, limit time.Duration) int {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for _, id := range ids {
+		a, _, err := c.Alloc(ctx, id, structs.QueryOptions{})
+		if err != nil || a == nil {
+			continue // gone: nothing of it is held
+		}
+		for _, vr := range a.Volumes {
+			var index uint64
+			last := ""
+			for {
+				v, meta, err := c.Volume(ctx, vr.VolumeID, structs.QueryOptions{MinQueryIndex: index, MaxQueryTime: 30 * time.Second})
+				if ctx.Err() != nil {
+					return x.fail("alloc stop: the claim of %q on volume %q was not freed within %s (last: %s); the release goes on", id, vr.VolumeID, limit, orDash(last))
+				}
+				if err != nil {
+					return x.fail("alloc stop: waiting for volume %q: %v", vr.VolumeID, err)
+				}
+				var held *structs.Claim
+				if v != nil {
+					for _, cl := range v.AllClaims() {
+						if cl.AllocID == id {
+							held = cl
+						}
+					}
+				}
+				if held == nil {
+					fmt.Fprintf(x.stdout, "Claim of %q on volume %q freed\n", id, vr.VolumeID)
+					break
+				}
+				if now := string(held.State); now != last {
+					fmt.Fprintf(x.stdout, "  %s  %s on %s: %s\n", time.Now().Format("15:04:05.000"), id, vr.VolumeID, now)
+					last = now
+				}
+				index = meta.Index
+			}
+		}
+	}
+	return 0
 }
 
 func runAllocStatus(args []string, stdout, stderr io.Writer) int {
