@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -342,9 +343,11 @@ func TestPublish_WaitsForTheNodesLock(t *testing.T) {
 	}
 }
 
-// An orphan is detached only while no claim is on its node: a claim there,
-// in any state, means the attachment is not an orphan after all.
-func TestDetachOrphan_RefusedUnderAClaim(t *testing.T) {
+// An orphan is detached only while no claim is on its node and the node,
+// asked first, has the volume mounted for no allocation: a claim there, in
+// any state, or a mount the record does not explain (a snapshot restore
+// made the record older than the node) means it is not an orphan.
+func TestDetachOrphan_RefusedUnderAClaimOrAMount(t *testing.T) {
 	l := cluster(t)
 	n := &nodes{}
 	m := New(l, n, fsmtest.HeldLease(), nil)
@@ -353,19 +356,49 @@ func TestDetachOrphan_RefusedUnderAClaim(t *testing.T) {
 		t.Fatalf("orphan on w2 with no claim exp: detached got: %v", err)
 	}
 	calls := n.log()
-	if len(calls) != 1 || calls[0] != "c1 ClientCSI.ControllerDetachVolume" && calls[0] != "c2 ClientCSI.ControllerDetachVolume" {
-		t.Fatalf("calls exp: one controller detach got: %v", calls)
+	if len(calls) != 2 || calls[0] != "w2 ClientCSI.NodeHeldVolume" ||
+		calls[1] != "c1 ClientCSI.ControllerDetachVolume" && calls[1] != "c2 ClientCSI.ControllerDetachVolume" {
+		t.Fatalf("calls exp: the node asked, then one controller detach got: %v", calls)
 	}
-	if a := n.args[0].(*structs.ClientCSIControllerDetachRequest); a.ExternalNodeID != "ext-w2" || a.ExternalID != "e1" {
+	if a := n.args[1].(*structs.ClientCSIControllerDetachRequest); a.ExternalNodeID != "ext-w2" || a.ExternalID != "e1" {
 		t.Fatalf("detach exp: e1 from ext-w2 got: %+v", a)
 	}
+
+	// w2 says it has v1 mounted: no controller call.
+	held := &nodes{}
+	mh := New(l, heldBy(held, "a9"), fsmtest.HeldLease(), nil)
+	err := mh.DetachOrphan(vol, "w2", "ext-w2")
+	if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "a9") {
+		t.Fatalf("orphan mounted on its node exp: conflict naming a9 got: %v", err)
+	}
+	if got := held.log(); len(got) != 1 || got[0] != "w2 ClientCSI.NodeHeldVolume" {
+		t.Fatalf("calls exp: only the question to w2 got: %v", got)
+	}
+
 	claim(t, l, "a1", "w1")
 	vol, _ = l.State().VolumeByID(nil, "v1")
-	err := m.DetachOrphan(vol, "w1", "ext-w1")
-	if !errors.Is(err, structs.ErrConflict) || len(n.log()) != 1 {
+	err = m.DetachOrphan(vol, "w1", "ext-w1")
+	if !errors.Is(err, structs.ErrConflict) || len(n.log()) != 2 {
 		t.Fatalf("orphan on a node with a claim exp: conflict, no call got: %v, %v", err, n.log())
 	}
 	if err := m.DetachOrphan(vol, "", ""); !errors.Is(err, structs.ErrInvalid) {
 		t.Fatalf("no node exp: invalid got: %v", err)
 	}
+}
+
+// heldBy is n answering NodeHeldVolume with allocs.
+func heldBy(n *nodes, allocs ...string) NodeCaller {
+	return heldNodes{n, allocs}
+}
+
+type heldNodes struct {
+	*nodes
+	allocs []string
+}
+
+func (h heldNodes) Call(ctx context.Context, node, method string, r *structs.NodeRouting, args, reply any) error {
+	if out, ok := reply.(*structs.ClientCSINodeHeldResponse); ok {
+		out.Allocs = h.allocs
+	}
+	return h.nodes.Call(ctx, node, method, r, args, reply)
 }

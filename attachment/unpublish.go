@@ -1,8 +1,10 @@
 package attachment
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/structs"
@@ -129,6 +131,9 @@ func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID strin
 				"alloc %s claims volume %q on that node (%s): not an orphan", c.AllocID, vol.ID, c.State))
 		}
 	}
+	if err := m.nodeDoesNotUse(fresh, nodeID); err != nil {
+		return err
+	}
 	req := &structs.ClientCSIControllerDetachRequest{
 		CSIControllerQuery: structs.CSIControllerQuery{PluginID: vol.PluginID},
 		VolumeID:           vol.ID, ExternalID: vol.ExternalID, ExternalNodeID: externalNodeID,
@@ -137,4 +142,44 @@ func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID strin
 	var reply structs.ClientCSIControllerDetachResponse
 	return m.controllerCall(g, "ClientCSI.ControllerDetachVolume", &req.CSIControllerQuery, &req.NodeRouting, req, &reply,
 		func(node string) { reply.ControllerNodeID = node })
+}
+
+// nodeDoesNotUse asks a ready node whether it has the volume mounted
+// before an attachment there that no claim explains is detached. The
+// record can be older than the node: after a snapshot restore it lacks
+// claims whose volumes are mounted and written, and detaching those would
+// pull the storage from under a live workload. A node that is down or
+// deregistered is not asked: under node_lost fence (the only policy whose
+// orphans are repaired) it has stopped its writers by itself.
+func (m *Manager) nodeDoesNotUse(vol *structs.Volume, nodeID string) error {
+	if nodeID == "" {
+		return nil
+	}
+	node, err := m.state.State().NodeByID(nil, nodeID)
+	if err != nil {
+		return err
+	}
+	if node == nil || node.Status != structs.NodeStatusReady {
+		return nil
+	}
+	args := &structs.ClientCSINodeHeldRequest{NodeID: nodeID, VolumeID: vol.ID}
+	var reply structs.ClientCSINodeHeldResponse
+	if err := m.NodeHeld(args, &reply); err != nil {
+		return fmt.Errorf("could not ask node %s whether it uses volume %q, so the attachment stays: %w", nodeID, vol.ID, err)
+	}
+	if len(reply.Allocs) > 0 {
+		return structs.NewError(structs.CodeConflict, fmt.Sprintf(
+			"node %s has volume %q mounted for allocs %s although no claim records it (the record may be older than the node, as after a snapshot restore): not an orphan; the attachment stays",
+			nodeID, vol.ID, strings.Join(reply.Allocs, ", ")))
+	}
+	return nil
+}
+
+// NodeHeld asks a node which allocations have a volume mounted there. It
+// reads and changes nothing.
+func (m *Manager) NodeHeld(args *structs.ClientCSINodeHeldRequest, reply *structs.ClientCSINodeHeldResponse) error {
+	if err := validateIDs("node_id", args.NodeID, "volume_id", args.VolumeID); err != nil {
+		return err
+	}
+	return m.nodes.Call(context.Background(), args.NodeID, "ClientCSI.NodeHeldVolume", &args.NodeRouting, args, reply)
 }

@@ -242,7 +242,7 @@ func mustNewCluster(t *testing.T, opts harness.Options) (*harness.Cluster, []str
 // for the CPU figures.
 const benchPolicy = `
 operator {
-  policy = "read"
+  policy = "write"
 }
 volume {
   policy       = "read"
@@ -365,6 +365,14 @@ func mustBeCleanedUp(t *testing.T, hc *harness.Cluster, addrs []string) {
 	}
 	if len(nodes) != 0 {
 		t.Fatalf("exp: the simulated node deregistered got: %d nodes (first %s)", len(nodes), nodes[0].ID)
+	}
+	// A benchmark against a real cluster left 60,000 allocations behind.
+	allocs, _, err := c.Allocs(ctx, "", structs.QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(allocs) != 0 {
+		t.Fatalf("exp: the benchmark's allocations removed got: %d (first %s, %s)", len(allocs), allocs[0].ID, allocs[0].ClientStatus)
 	}
 }
 

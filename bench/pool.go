@@ -147,5 +147,15 @@ func (c *cluster) cleanup(ctx context.Context, vols []string, node *simNode) err
 		}
 	}
 	node.stop()
-	return c.admin.Call(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{node.id}}, &structs.GenericResponse{})
+	if err := c.admin.Call(ctx, "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{node.id}}, &structs.GenericResponse{}); err != nil {
+		return err
+	}
+	// Its allocations are lost now and hold no claim: remove them, and
+	// only them (the prefix), so that a benchmark leaves nothing behind.
+	out, err := c.admin.GarbageCollect(ctx, c.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("remove the benchmark's allocations: %w", err)
+	}
+	fmt.Fprintf(c.cfg.Progress, "cleaning up: removed %d allocations\n", out.AllocsRemoved)
+	return nil
 }

@@ -144,6 +144,7 @@ var methodAccess = map[string]access{
 	"ClientCSI.ControllerListVolumes":    {kind: serverOnly},
 	"ClientCSI.ControllerModifyVolume":   {kind: serverOnly},
 	"ClientCSI.NodeVolumeStats":          {kind: serverOnly},
+	"ClientCSI.NodeHeldVolume":           {kind: serverOnly},
 
 	"ACL.Bootstrap":    {kind: bootstrap},
 	"ACL.PolicyUpsert": {kind: management},

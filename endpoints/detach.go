@@ -3,6 +3,7 @@ package endpoints
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -28,9 +29,13 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 	if err != nil {
 		return err
 	}
+	var underway []string // claims already being released, left as they are
 	for _, c := range vol.AllClaims() {
 		if c.NodeID != args.NodeID {
 			continue
+		}
+		if c.State != structs.ClaimStateTaken && !args.Force && (c.OperatorReleased || structs.EffectiveNodeLost(c, vol) != structs.NodeLostManual) {
+			underway = append(underway, fmt.Sprintf("alloc %q (%s)", c.AllocID, c.State))
 		}
 		if c.State == structs.ClaimStateTaken {
 			res, index, err := v.srv.SubmitClaim(&structs.VolumeClaimRequest{VolumeID: c.VolumeID, AllocID: c.AllocID, Release: true})
@@ -74,7 +79,29 @@ func (v *Volume) Detach(args *structs.VolumeDetachRequest, reply *structs.Volume
 		}
 	}
 	if len(reply.Released) == 0 && len(reply.Forced) == 0 {
+		if len(underway) > 0 {
+			// A plain detach has nothing to add to a release under way:
+			// say what it waits for and what would end the wait.
+			return structs.NewError(structs.CodeConflict, fmt.Sprintf(
+				"the release of %s on volume %q is already under way%s; if node %q is gone for good and its mounts are not in use, "+
+					"`claimd volume detach -force %s %s` skips its unmount (check the node first: see docs/operations.md, \"Forcing a detach\")",
+				strings.Join(underway, ", "), args.VolumeID, v.nodeWait(args.NodeID), args.NodeID, args.VolumeID, args.NodeID))
+		}
 		return structs.NewError(structs.CodeNotFound, fmt.Sprintf("node %q holds no claim on volume %q that this could release", args.NodeID, args.VolumeID))
 	}
 	return nil
+}
+
+// nodeWait says why a release on the node waits, when its status says.
+func (v *Volume) nodeWait(nodeID string) string {
+	n, err := v.srv.State().NodeByID(nil, nodeID)
+	switch {
+	case err != nil:
+		return ""
+	case n == nil:
+		return " (the node is deregistered: its unmount cannot come)"
+	case n.Status != structs.NodeStatusReady:
+		return fmt.Sprintf(" (node %q is %s: its unmount waits for it to come back)", nodeID, n.Status)
+	}
+	return ""
 }

@@ -130,6 +130,9 @@ func (fakeAttachments) NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.
 func (fakeAttachments) NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error {
 	return nil
 }
+func (fakeAttachments) NodeHeld(*structs.ClientCSINodeHeldRequest, *structs.ClientCSINodeHeldResponse) error {
+	return nil
+}
 
 // world is one server's endpoints over a fresh state with ACLs on: a
 // management token, a token granting node:write, nodes n1 and n2 (secrets

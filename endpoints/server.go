@@ -128,6 +128,7 @@ type Attachments interface {
 	NodeDetach(*leaderlease.Grant, *structs.ClientCSINodeDetachRequest, *structs.ClientCSINodeDetachResponse) error
 	NodeExpand(*structs.ClientCSINodeExpandRequest, *structs.ClientCSINodeExpandResponse) error
 	NodeStats(*structs.ClientCSINodeStatsRequest, *structs.ClientCSINodeStatsResponse) error
+	NodeHeld(*structs.ClientCSINodeHeldRequest, *structs.ClientCSINodeHeldResponse) error
 }
 
 // Deps is everything the endpoints use of the rest of the server.

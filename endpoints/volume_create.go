@@ -2,6 +2,8 @@ package endpoints
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -189,9 +191,7 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 		return err
 	}
 	if vol.HasClaims() {
-		return structs.NewError(structs.CodeConflict, fmt.Sprintf(
-			"volume %q has %d live and %d past claims; delete it once they are released",
-			vol.ID, len(vol.ReadClaims)+len(vol.WriteClaims), len(vol.PastClaims)))
+		return structs.NewError(structs.CodeConflict, v.claimsInTheWay(vol))
 	}
 	plug, err := v.srv.State().PluginByID(nil, vol.PluginID)
 	if err != nil {
@@ -222,4 +222,36 @@ func (v *Volume) Delete(args *structs.VolumeDeleteRequest, reply *structs.Generi
 		"controller", out.ControllerNodeID, "index", index)
 	reply.Index = index
 	return nil
+}
+
+// claimsInTheWay says why a volume with claims cannot be deleted yet, and
+// whether waiting will do: claims of allocations that were stopped, and
+// past claims, are being released (a delete right after `alloc stop` is
+// the common case); the others are held by running allocations.
+func (v *Volume) claimsInTheWay(vol *structs.Volume) string {
+	state := v.srv.State()
+	var held, releasing []string
+	for _, c := range vol.AllClaims() {
+		if vol.PastClaims[c.AllocID] != nil {
+			releasing = append(releasing, fmt.Sprintf("%s (%s)", c.AllocID, c.State))
+			continue
+		}
+		a, err := state.AllocByID(nil, c.AllocID)
+		if err == nil && a != nil && (a.DesiredStatus == structs.AllocDesiredStop || a.Terminal()) {
+			releasing = append(releasing, c.AllocID+" (stopped)")
+			continue
+		}
+		held = append(held, c.AllocID)
+	}
+	sort.Strings(held)
+	sort.Strings(releasing)
+	msg := fmt.Sprintf("volume %q has claims", vol.ID)
+	if len(held) > 0 {
+		msg += fmt.Sprintf("; held by running allocations: %s (stop them first)", strings.Join(held, ", "))
+	}
+	if len(releasing) > 0 {
+		msg += fmt.Sprintf("; being released: %s (in progress: try again once `claimd volume status %s` shows no claims)",
+			strings.Join(releasing, ", "), vol.ID)
+	}
+	return msg
 }

@@ -60,3 +60,16 @@ func (c *ClientCSI) NodeVolumeStats(args *structs.ClientCSINodeStatsRequest, rep
 func (c csiCalls) NodeVolumeStats(args *structs.ClientCSINodeStatsRequest, reply *structs.ClientCSINodeStatsResponse) error {
 	return c.m.NodeStats(args, reply)
 }
+
+// NodeHeldVolume asks a node which allocations have a volume mounted
+// there (forwarded to the server holding the node's session).
+func (c *ClientCSI) NodeHeldVolume(args *structs.ClientCSINodeHeldRequest, reply *structs.ClientCSINodeHeldResponse) error {
+	if _, err := c.auth.check("ClientCSI.NodeHeldVolume", args); err != nil {
+		return err
+	}
+	return csiOf(c.srv).NodeHeldVolume(args, reply)
+}
+
+func (c csiCalls) NodeHeldVolume(args *structs.ClientCSINodeHeldRequest, reply *structs.ClientCSINodeHeldResponse) error {
+	return c.m.NodeHeld(args, reply)
+}

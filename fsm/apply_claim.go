@@ -109,9 +109,12 @@ func takeClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, bool, er
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is %s", n.ID, n.Status))
 	}
 	if !n.Eligible() {
-		// Draining: the node takes no new claim (a re-claim of one it
-		// holds was answered above).
-		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("node %q is ineligible for new claims (draining)", n.ID))
+		// Drained or marked ineligible: the node takes no new claim (a
+		// re-claim of one it holds was answered above). Which of the two
+		// the state does not say, so the message names both and the way
+		// back.
+		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf(
+			"node %q is ineligible for new claims (a drain or `claimd node eligibility -disable`; `claimd node eligibility -enable %s` undoes it)", n.ID, n.ID))
 	}
 	if ok, why := schedulable(tx, old.PluginID, n.ID); !ok {
 		return nil, false, structs.NewError(structs.CodeUnschedulable, fmt.Sprintf("volume %q: %s", old.ID, why))

@@ -65,6 +65,7 @@ func fuzzSeeds() map[string][]byte {
 		"node-deregister":    enc(structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n2"}}),
 		"alloc-place":        enc(structs.AllocPlaceRequestType, &structs.AllocPlaceRequest{Allocs: []*structs.Alloc{testAlloc("a4", "n2", "v1", "v3")}}),
 		"alloc-stop":         enc(structs.AllocStopRequestType, &structs.AllocStopRequest{AllocIDs: []string{"a1"}}),
+		"alloc-gc":           enc(structs.AllocGCRequestType, &structs.AllocGCRequest{AllocIDs: []string{"a1", "a2", "a3"}}),
 		"alloc-update":       enc(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1", Allocs: []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientFailed}}}),
 		"claim-batch": enc(structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: []*structs.VolumeClaimRequest{
 			{VolumeID: "v2", AllocID: "a1", NodeID: "n1", Mode: structs.ClaimModeWrite},

@@ -172,7 +172,11 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, pattern string) (
 		return release, true
 	}
 	// A large (or chunked, so unknown) body: the token first, then a slot.
-	if err := s.checkToken(r.Context(), r.Header.Get(TokenHeader)); err != nil {
+	token, err := requestToken(r)
+	if err == nil {
+		err = s.checkToken(r.Context(), token)
+	}
+	if err != nil {
 		writeJSONError(w, http.StatusForbidden, "permission_denied",
 			fmt.Sprintf("a request body over %d bytes needs a valid ACL token (%s): %v", smallBody, TokenHeader, err))
 		return release, false

@@ -63,6 +63,28 @@ func (s *Server) wrap(params []string, fn endpoint) http.HandlerFunc {
 	}
 }
 
+// requestToken is the caller's ACL token: the X-Claimd-Token header, or
+// the standard `Authorization: Bearer` (what Prometheus, curl's
+// --oauth2-bearer and most HTTP tooling send). When both are given they
+// must agree: two different tokens in one request is a mistake to refuse,
+// not to settle by picking one.
+func requestToken(r *http.Request) (string, error) {
+	token := r.Header.Get(TokenHeader)
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return token, nil
+	}
+	scheme, bearer, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(bearer) == "" {
+		return "", structs.Invalid("Authorization", "only the Bearer scheme is accepted (Authorization: Bearer <token>)")
+	}
+	bearer = strings.TrimSpace(bearer)
+	if token != "" && token != bearer {
+		return "", structs.Invalid("Authorization", "the request has two different tokens ("+TokenHeader+" and Authorization: Bearer)")
+	}
+	return bearer, nil
+}
+
 // withStatus is an endpoint's answer with a status other than 200 (an
 // unhealthy agent's 503 carries the health report, not an error).
 type withStatus struct {

@@ -129,6 +129,10 @@ func (s *Server) rpc(r *http.Request, method string, args structs.Authenticated,
 	if !rpcMethods[method] {
 		return fmt.Errorf("httpapi: %s is not in rpcMethods", method)
 	}
-	args.SetToken(r.Header.Get(TokenHeader))
+	token, err := requestToken(r)
+	if err != nil {
+		return err
+	}
+	args.SetToken(token)
 	return s.api.Call(r.Context(), method, args, reply)
 }

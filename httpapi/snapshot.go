@@ -33,8 +33,13 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
 	_, stale := r.URL.Query()["stale"]
+	token, err := requestToken(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	meta, err := s.api.SnapshotSave(r.Context(), tmp, api.SnapshotOptions{
-		AllowStale: stale, Token: r.Header.Get(TokenHeader)})
+		AllowStale: stale, Token: token})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -58,7 +63,12 @@ func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.api.SnapshotRestore(r.Context(), r.Body, api.SnapshotOptions{Token: r.Header.Get(TokenHeader)}); err != nil {
+	token, err := requestToken(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.api.SnapshotRestore(r.Context(), r.Body, api.SnapshotOptions{Token: token}); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

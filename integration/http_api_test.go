@@ -227,6 +227,39 @@ func testHTTPMetricsHealthSnapshots(t *testing.T, e *httpEnv, reader string) {
 	if _, ok := families["claimd_raft_commitTime"]; !ok {
 		t.Fatalf("metrics exp: raft's commit time got: %d families", len(families))
 	}
+	// What Prometheus sends (authorization: credentials_file): the token
+	// as a Bearer credential, on this route as on every other.
+	for _, c := range []struct {
+		name, header, extra string
+		status              int
+		body                string
+	}{
+		{"bearer", "Bearer " + e.mgmt, "", 200, ""},
+		{"bearer without the management token", "Bearer " + reader, "", 403, ""},
+		{"basic", "Basic dXNlcjpwYXNz", "", 400, "Authorization"},
+		{"two different tokens", "Bearer " + e.mgmt, reader, 400, "two different tokens"},
+	} {
+		req, err := http.NewRequest("GET", f.URL()+"/v1/metrics?format=prometheus", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", c.header)
+		if c.extra != "" {
+			req.Header.Set(httpapi.TokenHeader, c.extra)
+		}
+		resp, err := e.hc.Do(req)
+		if err != nil {
+			t.Fatalf("metrics, %s: %v", c.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(b), c.body) {
+			t.Fatalf("metrics, %s: exp %d %q got: %d %s", c.name, c.status, c.body, resp.StatusCode, b)
+		}
+		if strings.Contains(string(b), e.mgmt) {
+			t.Fatalf("metrics, %s: the answer repeats the token", c.name)
+		}
+	}
 
 	// Raft health: every server healthy once autopilot has heard from all.
 	if r := e.do(t, f, "GET", "/v1/operator/raft/health", reader, ""); r.status != 403 {

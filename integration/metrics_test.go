@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +199,30 @@ func TestMetrics_PrometheusViewMovesWithClaimsReleasesAndRaft(t *testing.T) {
 		}
 		if _, ok := v.value(gaugeName(tel, "state_nodes"), map[string]string{"status": "down"}); !ok {
 			return fmt.Errorf("%s{status=down} exp: present (0) got: absent", gaugeName(tel, "state_nodes"))
+		}
+		return nil
+	})
+
+	// Raft's replication metrics name the peer in a label, never in the
+	// metric's name (claimd_raft_replication_heartbeat_26c8a41f_...).
+	peerInName := regexp.MustCompile(`[0-9a-f]{8}_[0-9a-f]{4}_`)
+	harness.WaitFor(t, 20*time.Second, func() error {
+		v := scrapeProm(t, tel)
+		for name := range v {
+			if strings.HasPrefix(name, "claimd_raft_") && peerInName.MatchString(name) {
+				return fmt.Errorf("metric %s exp: the peer as a label got: the peer in the name", name)
+			}
+		}
+		for _, name := range []string{"claimd_raft_replication_appendEntries_rpc", "claimd_raft_replication_heartbeat"} {
+			found := false
+			for _, m := range v[name].GetMetric() {
+				for _, l := range m.GetLabel() {
+					found = found || l.GetName() == "peer_id" && l.GetValue() != ""
+				}
+			}
+			if !found {
+				return fmt.Errorf("%s{peer_id} exp: present got: absent", name)
+			}
 		}
 		return nil
 	})

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/server"
@@ -133,7 +135,7 @@ func TestReconcile_FindsBothWaysAndRepairsOnlyWhatIsSafe(t *testing.T) {
 
 	// A forced detach first says what the storage has.
 	res := cli("volume", "detach", "-force", "v2", e.clients["w2"].NodeID())
-	if !strings.Contains(res.Stderr, "Storage: v2 is still attached to: ext-w2 (node "+e.clients["w2"].NodeID()+")") {
+	if !strings.Contains(res.Stderr, "Storage, before this detach: v2 is attached to: ext-w2 (node "+e.clients["w2"].NodeID()+")") {
 		t.Fatalf("volume detach -force exp: the storage's view first got: %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }
@@ -181,4 +183,57 @@ func TestReconcile_AbnormalVolumeRefusesNewClaimsUntilHealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+}
+
+// A snapshot restore makes the record older than the nodes: a volume
+// mounted and in use on w1 has no claim in the restored record, so the
+// storage's attachment looks like an orphan. The reconciler asks w1
+// before it repairs, and w1 says it has the volume mounted for a1: the
+// attachment stays, whatever the grace (it used to be detached from under
+// the running workload under node_lost fence).
+func TestReconcile_RestoredRecordNeverDetachesAMountInUse(t *testing.T) {
+	const grace = time.Second
+	e := newReleaseEnvOpts(t, harness.Options{Configure: func(cfg *server.Config) {
+		cfg.ReconcileInterval = -1
+		cfg.ReconcileRepairGrace = grace
+	}}, nil, "w1")
+	vol := testVolume("v1")
+	vol.NodeLost = structs.NodeLostFence
+	if _, err := e.api.RegisterVolumes(harness.Ctx(t, 30*time.Second), vol); err != nil {
+		t.Fatal(err)
+	}
+	var backup bytes.Buffer
+	if _, err := e.api.SnapshotSave(harness.Ctx(t, 30*time.Second), &backup, api.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, "a1", "w1", "v1")
+	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	if err := e.api.SnapshotRestore(harness.Ctx(t, 30*time.Second), &backup, api.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rounds past the grace: the orphan is found, asked about, and kept.
+	start := time.Now()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		resp, err := e.api.ReconcileVolumes(harness.Ctx(t, 30*time.Second), "")
+		if err != nil {
+			return err
+		}
+		for _, f := range resp.Reports[0].Findings {
+			if f.VolumeID == "v1" && f.Kind == structs.FindingOrphan && !f.RepairedAt.IsZero() {
+				t.Fatalf("v1's attachment exp: kept (w1 has it mounted for a1) got: repaired at %s", f.RepairedAt)
+			}
+		}
+		if time.Since(start) < 3*grace {
+			return fmt.Errorf("rounds for %s so far", time.Since(start).Round(time.Millisecond))
+		}
+		return nil
+	})
+	st, err := e.api.VolumeStorage(harness.Ctx(t, 10*time.Second), "v1")
+	if err != nil || len(st.PublishedNodes) != 1 {
+		t.Fatalf("v1 on the storage exp: still attached to w1 got: %+v %v", st, err)
+	}
+	if n := countCalls(e.controller.Audit(), "ControllerUnpublishVolume", "ext-v1", ""); n != 0 {
+		t.Fatalf("controller unpublish of the mounted volume exp: 0 got: %d", n)
+	}
 }

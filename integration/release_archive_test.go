@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -69,10 +70,31 @@ func TestRelease_ArchiveIsStampedStaticAndReproducible(t *testing.T) {
 
 	dir := t.TempDir()
 	files := untar(t, archive, dir)
-	for _, f := range []string{"claimd", "README.md", "operations.md", "systemd/claimd-server.service",
+	for _, f := range []string{"claimd", "README.md", "docs/operations.md", "docs/security.md", "systemd/claimd-server.service",
 		"systemd/claimd-client.service", "systemd/claimd-keeper.service", "config/server/server.hcl", "config/client/client.hcl"} {
 		if !files[name+"/"+f] {
 			t.Errorf("archive exp: %s/%s got: %v", name, f, files)
+		}
+	}
+	// Every relative link in the shipped docs resolves inside the archive
+	// (README and operations.md used to point at docs that were not shipped).
+	link := regexp.MustCompile(`\]\(([^)#]+)(#[^)]*)?\)`)
+	for f := range files {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		text, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(text), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if !files[filepath.Join(filepath.Dir(f), target)] {
+				t.Errorf("%s links to %s, which the archive does not hold", f, target)
+			}
 		}
 	}
 	// The units parse as systemd reads them (where systemd-analyze is

@@ -403,6 +403,14 @@ func TestRelease_DownNodeClaimsWaitUntilForced(t *testing.T) {
 		t.Fatalf("controller unpublish while the node may still have it mounted exp: 0 got: %d", n)
 	}
 
+	// A plain detach cannot add anything to the release under way: it says
+	// what the release waits for and which command ends the wait.
+	_, err := e.api.DetachVolume(harness.Ctx(t, 30*time.Second), "v1", node, false)
+	if err == nil || !strings.Contains(err.Error(), "already under way") || !strings.Contains(err.Error(), "is down") ||
+		!strings.Contains(err.Error(), "volume detach -force v1 "+node) {
+		t.Fatalf("plain detach on a down node exp: the release under way and the -force command got: %v", err)
+	}
+
 	// The operator declares the node gone for good. Hold the controller
 	// step briefly so the recorded skip can be seen on the claim.
 	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 1000}})

@@ -125,16 +125,25 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 	// Claimed: delete refused, volume and storage stay.
 	e.run(t, "a1", "w1", "vc1")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
-	if _, err := e.api.DeleteVolume(ctx(), "vc1"); !errors.Is(err, structs.ErrConflict) {
-		t.Fatalf("delete while claimed exp: conflict got: %v", err)
+	if _, err := e.api.DeleteVolume(ctx(), "vc1"); !errors.Is(err, structs.ErrConflict) ||
+		!strings.Contains(err.Error(), "held by running allocations: a1") {
+		t.Fatalf("delete while claimed exp: conflict naming the running a1 got: %v", err)
 	}
 	if n := countMethod(e.controller.Audit(), "DeleteVolume"); n != 0 {
 		t.Fatalf("DeleteVolume calls while claimed exp: 0 got: %d", n)
 	}
 
+	// Right after the stop, the refusal says the release is under way
+	// (the controller detach is held so that it still is).
+	e.controller.SetControl(hostdir.Control{Fail: map[string]int{"ControllerUnpublishVolume": 1000}})
 	if _, err := e.api.StopAllocs(ctx(), "a1"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := e.api.DeleteVolume(ctx(), "vc1"); !errors.Is(err, structs.ErrConflict) ||
+		!strings.Contains(err.Error(), "being released: a1") || strings.Contains(err.Error(), "running allocations") {
+		t.Fatalf("delete right after alloc stop exp: the release in progress named got: %v", err)
+	}
+	e.controller.SetControl(hostdir.Control{Seq: 1})
 	e.waitFreed(t, "vc1", 60*time.Second)
 
 	// A plugin error leaves the volume registered and says why.

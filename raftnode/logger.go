@@ -29,6 +29,10 @@ func plain(args []any) []any {
 			out[i] = v
 		case error:
 			out[i] = v.Error()
+		case hclog.Format:
+			// hclog.Fmt("%0.2f%%", pct): the format applied, as hclog
+			// itself would (fmt.Sprint printed "[%0.2f%% 100]").
+			out[i] = formatted(v)
 		default:
 			out[i] = fmt.Sprint(v)
 		}
@@ -50,4 +54,16 @@ func (p plainArgs) Named(name string) hclog.Logger {
 }
 func (p plainArgs) ResetNamed(name string) hclog.Logger {
 	return plainArgs{p.Logger.ResetNamed(name)}
+}
+
+// formatted applies an hclog.Format's format string to its arguments.
+func formatted(f hclog.Format) string {
+	if len(f) == 0 {
+		return ""
+	}
+	format, ok := f[0].(string)
+	if !ok {
+		return fmt.Sprint([]any(f)...)
+	}
+	return fmt.Sprintf(format, f[1:]...)
 }

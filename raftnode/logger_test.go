@@ -1,31 +1,21 @@
 package raftnode
 
 import (
-	"encoding/json"
-	"errors"
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 )
 
-// Raft's struct values reach a JSON log as their text, not as {}.
-func TestPlainArgs_JSONShowsRaftValues(t *testing.T) {
-	var out strings.Builder
-	l := newPlainArgs(hclog.New(&hclog.LoggerOptions{Output: &out, JSONFormat: true}))
-	srv := raft.Server{ID: "s2", Address: "127.0.0.1:4647"}
-	l.Named("raft").With("local", &srv).Info("added peer", "peer", srv, "n", 3, "err", errors.New("boom"))
-	var line map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &line); err != nil {
-		t.Fatalf("exp: one JSON line got: %v %q", err, out.String())
-	}
-	for _, k := range []string{"peer", "local"} {
-		if s, _ := line[k].(string); !strings.Contains(s, "127.0.0.1:4647") {
-			t.Errorf("%s exp: the server's text got: %#v (line %s)", k, line[k], out.String())
-		}
-	}
-	if line["n"] != float64(3) || line["err"] != "boom" || line["@module"] != "raft" {
-		t.Errorf("exp: numbers as numbers, errors as text, the name kept got: %s", out.String())
+// hashicorp/raft logs some values with hclog.Fmt; they reached the log as
+// `percent-complete="[%0.2f%% 100]"`.
+func TestPlainArgsAppliesHclogFormats(t *testing.T) {
+	var buf bytes.Buffer
+	l := newPlainArgs(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}))
+	l.Info("restoring", "percent-complete", hclog.Fmt("%0.2f%%", 100.0), "servers", hclog.Fmt("%+v", []string{"a", "b"}))
+	out := buf.String()
+	if !strings.Contains(out, `"percent-complete":"100.00%"`) || !strings.Contains(out, `"servers":"[a b]"`) {
+		t.Fatalf("log line: %s", out)
 	}
 }

@@ -145,6 +145,10 @@ func New(cfg Config) (*Node, error) {
 	// MaxAppendEntries) into one log write, so one fsync serves them all,
 	// and send followers up to that many entries per AppendEntries.
 	rc.BatchApplyCh = true
+	// Replication metrics carry the peer as a label (peer_id) only: the
+	// legacy copies put the peer's ID in the metric's name, one family per
+	// server, which no Prometheus query can aggregate.
+	rc.NoLegacyTelemetry = true
 	rc.MaxAppendEntries = maxAppendEntries
 	// A removed server must not keep campaigning, but it should stay up so
 	// that it can report and be shut down in order by its owner.

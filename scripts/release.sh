@@ -7,8 +7,9 @@
 # writes dist/claimd_v0.9.0_linux_amd64.tar.gz, ..._linux_arm64.tar.gz and
 # dist/SHA256SUMS. Each archive holds one directory, claimd_VERSION_linux_ARCH/,
 # with the static binary (no cgo; the version and commit stamped, see
-# package version), README.md, docs/operations.md, the systemd units and
-# the sample configuration directories (packaging/).
+# package version), README.md and the docs/ directory beside it (so every
+# link in them resolves inside the archive), the systemd units and the
+# sample configuration directories (packaging/).
 #
 # The same ref gives the same bytes on any machine with the same Go
 # toolchain: the source comes from `git archive`, the build is -trimpath
@@ -61,7 +62,8 @@ for arch in $ARCHES; do
 			-ldflags "-s -w -buildid= -X github.com/claimd/claimd/version.version=$VERSION -X github.com/claimd/claimd/version.commit=$COMMIT" \
 			-o "$dir/claimd" ./cmd/claimd
 	)
-	cp "$WORK/src/README.md" "$WORK/src/docs/operations.md" "$dir/"
+	cp "$WORK/src/README.md" "$dir/"
+	cp -r "$WORK/src/docs" "$dir/docs"
 	cp "$WORK/src"/packaging/systemd/*.service "$dir/systemd/"
 	cp -r "$WORK/src/packaging/config/server" "$WORK/src/packaging/config/client" "$dir/config/"
 	chmod -R u=rwX,go=rX "$dir"

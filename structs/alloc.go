@@ -140,6 +140,18 @@ type AllocStopRequest struct {
 	WriteRequest
 }
 
+// AllocGCRequest removes the named allocations that are terminal and hold
+// no claim, live or past; the others are left as they are.
+type AllocGCRequest struct {
+	AllocIDs []string
+	WriteRequest
+}
+
+// AllocGCResponse names the allocations removed.
+type AllocGCResponse struct {
+	Removed []string
+}
+
 // AllocClientUpdate is one allocation's status as its client reports it.
 type AllocClientUpdate struct {
 	ID                string

@@ -41,12 +41,18 @@ type ReleaseStatus struct {
 
 // SystemGCRequest runs the claim GC now.
 type SystemGCRequest struct {
+	// AllocPrefix limits the allocations removed to those whose ID starts
+	// with it (a benchmark removes only its own); empty: every terminal
+	// allocation without claims.
+	AllocPrefix string
 	WriteRequest
 }
 
-// SystemGCResponse says how many evals the claim GC created.
+// SystemGCResponse says how many evals the claim GC created and how many
+// allocations it removed.
 type SystemGCResponse struct {
-	EvalsCreated int
+	EvalsCreated  int
+	AllocsRemoved int
 	WriteMeta
 }
 

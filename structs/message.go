@@ -61,6 +61,9 @@ const (
 	// advisory, written with IgnoreUnknownTypeFlag like a storage report:
 	// a server of an older version skips it during a rolling upgrade.
 	FenceReportRequestType MessageType = 27
+	// AllocGCRequestType removes terminal allocations that hold no claim
+	// (`claimd system gc`, and a benchmark's own cleanup).
+	AllocGCRequestType MessageType = 28
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

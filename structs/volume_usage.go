@@ -47,3 +47,18 @@ type ClientCSINodeStatsRequest struct {
 type ClientCSINodeStatsResponse struct {
 	Usage VolumeUsage
 }
+
+// ClientCSINodeHeldRequest asks a node which allocations have a volume
+// mounted there (what its agent holds), before a server detaches an
+// attachment of that volume that no claim in the record explains.
+type ClientCSINodeHeldRequest struct {
+	NodeID   string
+	VolumeID string
+	NodeRouting
+}
+
+// ClientCSINodeHeldResponse lists the allocations that hold it (none: the
+// node does not use the volume).
+type ClientCSINodeHeldResponse struct {
+	Allocs []string
+}

@@ -42,6 +42,10 @@ the servers, not a CSI plugin. Modes:
              a claim is served and every node's heartbeat is accepted, and
              counts nodes marked down. Leaves its state in place.
 
+Every mode but scale cleans up what it made when it ends: its volumes, its
+node, and its allocations (finished and without claims, removed by the
+system GC limited to the run's ID prefix).
+
 Server CPU: when the servers run on this machine (loopback addresses), each
 process of its own, the tool asks each for its process ID (Status.Runtime)
 and reads its user+system CPU time from /proc/PID/stat at the start and end
@@ -51,7 +55,8 @@ servers and for the target alone. Otherwise it says why it has none.
 
 Against a cluster with ACLs, -token (or CLAIMD_TOKEN) is a token that may
 register and deregister volumes and nodes, place and stop allocs, read
-evals and read the operator's Status.Runtime (a management token will do); the simulated node registers with it
+evals, read the operator's Status.Runtime and, for the cleanup, run the
+system GC on its own allocations (operator:write; a management token will do); the simulated node registers with it
 once, then, like a client agent, authenticates every call with its node
 secret, and the callers claim with that secret too. With TLS, -ca-cert,
 -client-cert and -client-key (a client certificate) make every connection

@@ -67,15 +67,21 @@ func flagOrEnv(flagValue, env string) string {
 // one (newCmd or newServerCmd); run is the prologue and epilogue of those
 // that call a server.
 type cmd struct {
-	fs             *flag.FlagSet
-	conn           cliFlags
-	asJSON         bool // -json, when the command took jsonFlag
-	interspersed   bool // flags may come after the positional arguments
-	stdout, stderr io.Writer
+	fs     *flag.FlagSet
+	conn   cliFlags
+	asJSON bool // -json, when the command took jsonFlag
+	// nodeArgs and allocArgs are the positional arguments that name a
+	// node or an allocation (-1: every one), resolved to full IDs
+	// (resolve.go) before the command runs.
+	nodeArgs, allocArgs []int
+	stdout, stderr      io.Writer
 }
 
 // newCmd is a command that talks to no server (or not through the api
-// client): a flag set named as the command is typed.
+// client): a flag set named as the command is typed. Every command takes
+// its flags before, between or after its positional arguments
+// (parseInterspersed): `alloc status ID -json` once printed every
+// allocation, the flag taken for a second argument and both ignored.
 func newCmd(name string, stdout, stderr io.Writer) *cmd {
 	return &cmd{fs: newFlagSet(name, stderr), stdout: stdout, stderr: stderr}
 }
@@ -88,16 +94,44 @@ func newServerCmd(name string, stdout, stderr io.Writer) *cmd {
 	return c
 }
 
-// jsonFlag adds -json; json prints with it.
-func (c *cmd) jsonFlag(help string) *cmd {
-	c.fs.BoolVar(&c.asJSON, "json", false, help)
+// nodeAt says positional argument i names a node (a name or an ID
+// prefix will do).
+func (c *cmd) nodeAt(i int) *cmd {
+	c.nodeArgs = append(c.nodeArgs, i)
 	return c
 }
 
-// flagsAnywhere lets flags come before, between or after the positional
-// arguments (parseInterspersed).
-func (c *cmd) flagsAnywhere() *cmd {
-	c.interspersed = true
+// allocAt says positional argument i (-1: every one) names an allocation.
+func (c *cmd) allocAt(i int) *cmd {
+	c.allocArgs = append(c.allocArgs, i)
+	return c
+}
+
+// resolveArgs turns the node and allocation arguments into full IDs.
+func (c *cmd) resolveArgs(ctx context.Context, cl *api.Client, pos []string) error {
+	for _, set := range []struct {
+		at      []int
+		resolve func(context.Context, *api.Client, string) (string, error)
+	}{{c.nodeArgs, resolveNode}, {c.allocArgs, resolveAlloc}} {
+		for _, i := range set.at {
+			for j := range pos {
+				if i != j && i != -1 {
+					continue
+				}
+				id, err := set.resolve(ctx, cl, pos[j])
+				if err != nil {
+					return err
+				}
+				pos[j] = id
+			}
+		}
+	}
+	return nil
+}
+
+// jsonFlag adds -json; json prints with it.
+func (c *cmd) jsonFlag(help string) *cmd {
+	c.fs.BoolVar(&c.asJSON, "json", false, help)
 	return c
 }
 
@@ -143,29 +177,43 @@ func noArguments(pos []string) error {
 	return nil
 }
 
-// parse parses args and checks the positional arguments (check nil: any).
-// It returns false when the command must exit 1: the flag package or the
-// check has said why.
+// parse parses args, flags anywhere among them, and checks the positional
+// arguments (check nil: there must be none; an extra argument is an
+// error, never ignored). It returns false when the command must exit 1:
+// the flag package or the check has said why.
 func (c *cmd) parse(args []string, check argCheck) ([]string, bool) {
-	var pos []string
-	if c.interspersed {
-		var err error
-		if pos, err = parseInterspersed(c.fs, args); err != nil {
-			return nil, false
-		}
-	} else {
-		if err := c.fs.Parse(args); err != nil {
-			return nil, false
-		}
-		pos = c.fs.Args()
+	pos, err := parseInterspersed(c.fs, args)
+	if err != nil {
+		return nil, false
 	}
-	if check != nil {
-		if err := check(pos); err != nil {
-			c.fail("%v", err)
-			return nil, false
-		}
+	if check == nil {
+		check = noArguments
+	}
+	if err := check(pos); err != nil {
+		c.fail("%v", err)
+		return nil, false
 	}
 	return pos, true
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments (`volume expand VOL -capacity 2GiB`), which the
+// flag package alone stops at. It returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		rest := fs.Args()
+		if rest[0] == "--" || len(rest) == 1 {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }
 
 // run is the prologue every command that calls a server shares: parse
@@ -182,6 +230,9 @@ func (c *cmd) run(args []string, check argCheck, do func(ctx context.Context, cl
 		return c.fail("%v", err)
 	}
 	defer done()
+	if err := c.resolveArgs(ctx, cl, pos); err != nil {
+		return c.fail("%v", err)
+	}
 	return do(ctx, cl, pos)
 }
 

@@ -98,6 +98,9 @@ var commands = []command{
 			{name: "delete", usage: "delete an ACL token by accessor ID", run: runACLTokenDelete},
 		}},
 	}},
+	{name: "config", sub: []command{
+		{name: "validate", usage: "check agent configuration files as `agent -config` loads them, without starting anything", run: runConfigValidate},
+	}},
 	{name: "completion", usage: "print a bash or zsh completion script (claimd completion bash|zsh)", run: runCompletion},
 	{name: "version", usage: "print the version, the git commit and the Go version (also -version)", run: runVersion},
 	{name: "tls", sub: []command{
@@ -121,15 +124,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c, rest := lookup(commands, args); c != nil {
 		return runEscaped(c, args[0], rest, stdout, stderr) // safe_output.go
 	}
-	help := len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help"
-	if !help {
+	// A group's words with no verb after them (`claimd alloc -h`,
+	// `claimd volume`) list that group's verbs.
+	prefix, group := lookupGroup(commands, args)
+	rest := args[len(prefix):]
+	help := len(rest) == 0 || rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help" || rest[0] == "help"
+	switch {
+	case len(prefix) > 0 && len(rest) == 0:
+		fmt.Fprintf(stderr, "claimd %s: which command? One of:\n\n", strings.Join(prefix, " "))
+		help = false
+	case !help:
 		fmt.Fprintf(stderr, "claimd: unknown command %q\n\n", strings.Join(args, " "))
 	}
-	usage(stderr)
+	usageOf(stderr, prefix, group)
 	if help {
 		return 0
 	}
 	return 1
+}
+
+// lookupGroup walks args' leading words down the groups of table and
+// returns the words that named groups and the last group's table.
+func lookupGroup(table []command, args []string) ([]string, []command) {
+	var prefix []string
+	for len(args) > 0 {
+		found := false
+		for _, c := range table {
+			if c.name == args[0] && c.sub != nil {
+				prefix, table, args, found = append(prefix, c.name), c.sub, args[1:], true
+				break
+			}
+		}
+		if !found {
+			break
+		}
+	}
+	return prefix, table
 }
 
 // lookup walks the table along args' leading words to a verb and returns
@@ -153,8 +183,12 @@ func lookup(table []command, args []string) (*command, []string) {
 }
 
 // usage lists every verb by its full name, in order.
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: claimd <command> [flags]")
+func usage(w io.Writer) { usageOf(w, nil, commands) }
+
+// usageOf lists the verbs of one group (prefix names it; none: all).
+func usageOf(w io.Writer, prefix []string, commands []command) {
+	name := strings.Join(append([]string{"claimd"}, prefix...), " ")
+	fmt.Fprintf(w, "usage: %s <command> [flags]\n", name)
 	fmt.Fprintln(w)
 	var lines [][2]string
 	var walk func(prefix string, table []command)
@@ -167,7 +201,7 @@ func usage(w io.Writer) {
 			}
 		}
 	}
-	walk("", commands)
+	walk(strings.Join(append(prefix, ""), " "), commands)
 	sort.Slice(lines, func(i, j int) bool { return lines[i][0] < lines[j][0] })
 	for _, l := range lines {
 		fmt.Fprintf(w, "  %-32s %s\n", l[0], l[1])

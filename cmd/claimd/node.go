@@ -19,7 +19,7 @@ const exitDrainUnfinished = 2
 
 // runNodeDrain is `claimd node drain [-deadline D] [-dry-run] [-json] NODE`.
 func runNodeDrain(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node drain", stdout, stderr).jsonFlag("print the plan (and, for a drain, the final status) as JSON")
+	x := newServerCmd("node drain", stdout, stderr).jsonFlag("print the plan (and, for a drain, the final status) as JSON").nodeAt(0)
 	deadline := x.fs.Duration("deadline", 10*time.Minute, "how long to wait for every claim on the node to be freed; then exit 2 with what is left")
 	dryRun := x.fs.Bool("dry-run", false, "print which volumes would detach, in which order, which plugins must stay up and what would block; change nothing")
 	return x.run(args, exactly(1, "usage: claimd node drain [-deadline 10m] [-dry-run] [-json] NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
@@ -153,7 +153,7 @@ func printDrainLeft(w io.Writer, st *structs.NodeDrainStatus) {
 
 // runNodeEligibility is `claimd node eligibility -enable|-disable NODE`.
 func runNodeEligibility(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node eligibility", stdout, stderr)
+	x := newServerCmd("node eligibility", stdout, stderr).nodeAt(0)
 	enable := x.fs.Bool("enable", false, "let the node take new claims")
 	disable := x.fs.Bool("disable", false, "refuse new claims on the node (live claims stay)")
 	usage := "usage: claimd node eligibility -enable|-disable NODE"

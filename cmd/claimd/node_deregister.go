@@ -14,7 +14,7 @@ import (
 // on its own secret) or `volume detach -force`. Its ID stays bound to the
 // node's secret until `node purge`.
 func runNodeDeregister(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node deregister", stdout, stderr).jsonFlag("print the answer as JSON")
+	x := newServerCmd("node deregister", stdout, stderr).jsonFlag("print the answer as JSON").nodeAt(0)
 	return x.run(args, exactly(1, "usage: claimd node deregister NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
 		index, err := c.DeregisterNodes(ctx, pos[0])
 		if err != nil {

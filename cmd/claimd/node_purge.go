@@ -12,7 +12,7 @@ import (
 // (a management token's). The ID is otherwise bound to the node's secret
 // for good; the output says what becomes of the claims the node held.
 func runNodePurge(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node purge", stdout, stderr).jsonFlag("print the answer as JSON")
+	x := newServerCmd("node purge", stdout, stderr).jsonFlag("print the answer as JSON").nodeAt(0)
 	return x.run(args, exactly(1, "usage: claimd node purge NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
 		out, err := c.PurgeNode(ctx, pos[0])
 		if err != nil {

@@ -28,7 +28,7 @@ func runPluginRevoke(args []string, stdout, stderr io.Writer) int {
 
 func runPluginAdmission(name string, args []string, stdout, stderr io.Writer,
 	do func(ctx context.Context, c *api.Client, plugin, node string) error, done string) int {
-	x := newServerCmd(name, stdout, stderr)
+	x := newServerCmd(name, stdout, stderr).nodeAt(1)
 	usage := "usage: claimd " + name + " PLUGIN NODE"
 	return x.run(args, func(pos []string) error {
 		if len(pos) != 2 {

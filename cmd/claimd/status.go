@@ -14,8 +14,8 @@ import (
 )
 
 func runNodeStatus(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+	x := newServerCmd("node status", stdout, stderr).jsonFlag("print JSON").nodeAt(0)
+	return x.run(args, atMost(1, "usage: claimd node status [-json] [NODE]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "node status", pos, func(id string) (*structs.Node, error) {
 			n, _, err := c.Node(ctx, id, structs.QueryOptions{})
 			return n, err
@@ -32,7 +32,7 @@ func printNodes(w io.Writer, nodes []*structs.Node) {
 	fmt.Fprintln(tw, "ID\tName\tStatus\tEligibility\tLease\tNode Plugins\tController Plugins")
 	for _, n := range nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status, eligibilityText(n.Eligibility),
-			leaseText(n.Lease), pluginHealth(n.CSINodePlugins), pluginHealth(n.CSIControllerPlugins))
+			leaseText(n.Lease), nodePluginHealth(n, n.CSINodePlugins), nodePluginHealth(n, n.CSIControllerPlugins))
 	}
 	tw.Flush()
 }
@@ -75,6 +75,20 @@ func leaseText(d time.Duration) string {
 	return d.String()
 }
 
+// nodePluginHealth is pluginHealth for a node's table row: a node that is
+// not ready has not reported its plugins' health since it went away, so
+// what it last reported is not shown as current.
+func nodePluginHealth(n *structs.Node, m map[string]*structs.CSIInfo) string {
+	if n.Status == structs.NodeStatusReady || len(m) == 0 {
+		return pluginHealth(m)
+	}
+	var parts []string
+	for _, id := range structs.SortedKeys(m) {
+		parts = append(parts, id+"(unknown: node "+string(n.Status)+")")
+	}
+	return strings.Join(parts, ",")
+}
+
 func pluginHealth(m map[string]*structs.CSIInfo) string {
 	if len(m) == 0 {
 		return "-"
@@ -92,7 +106,7 @@ func pluginHealth(m map[string]*structs.CSIInfo) string {
 
 func runPluginStatus(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("plugin status", stdout, stderr).jsonFlag("print JSON")
-	return x.run(args, nil, func(ctx context.Context, c *api.Client, pos []string) int {
+	return x.run(args, atMost(1, "usage: claimd plugin status [-json] [PLUGIN]"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return showOneOrAll(x, "plugin status", pos, func(id string) (*structs.Plugin, error) {
 			p, _, err := c.Plugin(ctx, id, structs.QueryOptions{})
 			return p, err

@@ -14,13 +14,17 @@ import (
 func runSystemGC(args []string, stdout, stderr io.Writer) int {
 	x := newServerCmd("system gc", stdout, stderr)
 	return x.run(args, nil, func(ctx context.Context, c *api.Client, _ []string) int {
-		n, err := c.SystemGC(ctx)
-		return x.done(err, "system gc", "Claim GC done: %d evals created; pending releases retried now\n", n)
+		out, err := c.GarbageCollect(ctx, "")
+		if err != nil {
+			return x.fail("system gc: %v", err)
+		}
+		return x.done(nil, "system gc", "Claim GC done: %d evals created; pending releases retried now; %d finished allocations without claims removed\n",
+			out.EvalsCreated, out.AllocsRemoved)
 	})
 }
 
 func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume detach", stdout, stderr)
+	x := newServerCmd("volume detach", stdout, stderr).nodeAt(1)
 	force := x.fs.Bool("force", false, "skip the node detach: for a node that is gone for good (its mounts are not cleaned up)")
 	return x.run(args, exactly(2, "usage: claimd volume detach [-force] VOLUME NODE"), func(ctx context.Context, c *api.Client, pos []string) int {
 		if *force {
@@ -30,11 +34,14 @@ func runVolumeDetach(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return x.fail("volume detach: %v", err)
 		}
+		// What the servers recorded, not what the storage has done yet:
+		// the release goes on in the background, in order.
 		if len(resp.Released) > 0 {
-			fmt.Fprintf(stdout, "Released claims of allocs: %s\n", strings.Join(resp.Released, ", "))
+			fmt.Fprintf(stdout, "Release started for the claims of allocs: %s (node detach, then controller detach; `claimd volume status %s` shows when they are freed)\n",
+				strings.Join(resp.Released, ", "), pos[0])
 		}
 		if len(resp.Forced) > 0 {
-			fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s\n", strings.Join(resp.Forced, ", "))
+			fmt.Fprintf(stderr, "Warning: node detach skipped (forced) for allocs: %s; the controller detach follows\n", strings.Join(resp.Forced, ", "))
 		}
 		return 0
 	})
@@ -49,9 +56,20 @@ func formatRetry(st structs.ReleaseStatus, ok bool) string {
 	if next < 0 {
 		next = 0
 	}
-	msg := st.LastError
-	if len(msg) > 80 {
-		msg = msg[:77] + "..."
-	}
+	msg := cutAtWord(st.LastError, 200)
 	return fmt.Sprintf("attempts=%d next=%s last=%q", st.Attempts, next, msg)
+}
+
+// cutAtWord shortens s to at most n bytes, at a space, so that a node ID
+// or a volume ID in a release error is shown whole or not at all (an
+// 80-byte cut used to leave "node detach: node 90b7...").
+func cutAtWord(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:n], ' ')
+	if cut <= 0 {
+		cut = n
+	}
+	return s[:cut] + " ..."
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -14,28 +13,8 @@ import (
 	"github.com/claimd/claimd/volspec"
 )
 
-// parseInterspersed parses flags that may come before, between or after
-// the positional arguments (`volume expand VOL -capacity 2GiB`), which the
-// flag package alone stops at. It returns the positional arguments.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		rest := fs.Args()
-		if rest[0] == "--" || len(rest) == 1 {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
-}
-
 func runSnapshotCreate(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume snapshot create", stdout, stderr).jsonFlag("print the snapshot as JSON").flagsAnywhere()
+	x := newServerCmd("volume snapshot create", stdout, stderr).jsonFlag("print the snapshot as JSON")
 	return x.run(args, exactly(2, "usage: claimd volume snapshot create [flags] VOLUME NAME"), func(ctx context.Context, c *api.Client, pos []string) int {
 		snap, err := c.CreateSnapshot(ctx, pos[0], pos[1], nil)
 		return showOne(x, "snapshot create", snap, err, func(w io.Writer, snap *structs.Snapshot) {
@@ -46,7 +25,7 @@ func runSnapshotCreate(args []string, stdout, stderr io.Writer) int {
 }
 
 func runSnapshotList(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume snapshot list", stdout, stderr).jsonFlag("print JSON").flagsAnywhere()
+	x := newServerCmd("volume snapshot list", stdout, stderr).jsonFlag("print JSON")
 	plugin := x.fs.String("plugin", "", "only this plugin's snapshots (default: every plugin that lists snapshots)")
 	return x.run(args, exactly(0, "usage: claimd volume snapshot list [flags] [-plugin ID]"), func(ctx context.Context, c *api.Client, _ []string) int {
 		out, err := c.Snapshots(ctx, *plugin)
@@ -86,7 +65,7 @@ func printSnapshots(w io.Writer, snaps []*structs.Snapshot) {
 }
 
 func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume snapshot delete", stdout, stderr).flagsAnywhere()
+	x := newServerCmd("volume snapshot delete", stdout, stderr)
 	return x.run(args, exactly(2, "usage: claimd volume snapshot delete [flags] PLUGIN SNAPSHOT_ID"), func(ctx context.Context, c *api.Client, pos []string) int {
 		return x.done(c.DeleteSnapshot(ctx, pos[0], pos[1]), "snapshot delete", "Snapshot %q of plugin %q deleted\n", pos[1], pos[0])
 	})
@@ -97,7 +76,7 @@ func runSnapshotDelete(args []string, stdout, stderr io.Writer) int {
 // nodes still must expand, and exits 2 so scripts notice
 // (reportExpansions).
 func runVolumeExpand(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume expand", stdout, stderr).flagsAnywhere()
+	x := newServerCmd("volume expand", stdout, stderr)
 	capText := x.fs.String("capacity", "", "the size to grow to: bytes, or with a unit (2GiB, 500MB)")
 	var capacity int64
 	check := func(pos []string) (err error) {
@@ -142,7 +121,7 @@ func reportExpansions(stdout, stderr io.Writer, grown ...*structs.VolumeExpansio
 // ControllerModifyVolume with the volume's mutable parameters, recorded on
 // the volume once the plugin did it.
 func runVolumeModify(args []string, stdout, stderr io.Writer) int {
-	x := newServerCmd("volume modify", stdout, stderr).flagsAnywhere()
+	x := newServerCmd("volume modify", stdout, stderr)
 	params := map[string]string{}
 	x.fs.Func("param", "a mutable parameter to set, KEY=VALUE (repeat for more)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")

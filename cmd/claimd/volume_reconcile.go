@@ -151,7 +151,7 @@ func showStorageBeforeForce(ctx context.Context, c *api.Client, w io.Writer, vol
 	case len(st.PublishedNodes) == 0:
 		fmt.Fprintf(w, "Storage: %s is not attached to any node\n", volumeID)
 	default:
-		fmt.Fprintf(w, "Storage: %s is still attached to:", volumeID)
+		fmt.Fprintf(w, "Storage, before this detach: %s is attached to:", volumeID)
 		for _, ext := range structs.SortedKeys(st.PublishedNodes) {
 			if id := st.PublishedNodes[ext]; id != "" {
 				fmt.Fprintf(w, " %s (node %s)", ext, id)

@@ -8,6 +8,11 @@
 "use strict";
 
 const TOKEN_KEY = "claimd-token";
+// /ui/?once renders each page once and stops: no blocking query stays
+// open, so a headless browser's --virtual-time-budget (which waits for
+// the network to go quiet) ends, and its screenshot or --dump-dom shows
+// the data rather than "Loading…".
+const ONCE = new URLSearchParams(location.search).has("once");
 // How long a blocking query waits for a change. Pages that also show data
 // kept outside Raft (the leader's release retry state, Raft health) see it
 // refreshed at least this often.
@@ -198,6 +203,7 @@ async function live(page, params) {
       if (focusID) { const f = document.getElementById(focusID); if (f) f.focus(); }
       backoff = BACKOFF_MIN_MS;
       document.body.dataset.index = String(index);
+      if (ONCE) { document.body.dataset.connection = "ok"; return; }
       if (!res.index) await sleep(page.refreshMs || 10000, signal); // no index to block on
     } catch (err) {
       if (signal.aborted || err.name === "AbortError") return;
@@ -761,7 +767,20 @@ function route() {
   live(pages[name], params);
 }
 
+// tokenFromFragment takes a token given in the page's address as
+// #token=SECRET (a script or a headless browser cannot type it): the
+// fragment never leaves the browser, so the server and its logs never see
+// it, and it is replaced at once, out of the history, by the page it
+// names (#token=SECRET&page=/volume/pgdata, default the volumes page).
+function tokenFromFragment() {
+  const m = /^#token=([^&]+)(?:&page=(\/[^&]*))?$/.exec(location.hash);
+  if (!m) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]).trim());
+  history.replaceState(null, "", location.pathname + location.search + "#" + (m[2] || "/volumes"));
+}
+
 function init() {
+  tokenFromFragment();
   const form = document.getElementById("token-form");
   const input = document.getElementById("token-input");
   form.addEventListener("submit", (e) => {

@@ -31,6 +31,5 @@ tls {
   key_file  = "/etc/claimd/tls/global-client-claimd-key.pem"
 }
 
-acl {
-  enabled = true
-}
+# No acl block: ACLs are the servers' to check. A client agent proves who
+# it is with its certificate and its node secret.
