@@ -18,6 +18,7 @@ import (
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
+	"github.com/claimd/claimd/version"
 )
 
 // Agent is a running client agent.
@@ -216,7 +217,8 @@ func (a *Agent) node() *structs.Node {
 	report, _ := a.fence.pendingReport()
 	n := &structs.Node{
 		ID: a.ident.ID, Name: a.cfg.NodeName, SecretID: a.ident.Secret, Status: structs.NodeStatusReady,
-		Lease: a.cfg.NodeLease, LastFence: report,
+		Version: version.Get().Version,
+		Lease:   a.cfg.NodeLease, LastFence: report,
 		CSINodePlugins: map[string]*structs.CSIInfo{}, CSIControllerPlugins: map[string]*structs.CSIInfo{},
 	}
 	for _, fp := range a.plugins.Fingerprints() {

@@ -82,6 +82,11 @@ func TestCLI_AllocRunWaitReturnsOnceMounted(t *testing.T) {
 	if r.Code != 1 || !strings.Contains(r.Stderr, `"web" names 2 allocations`) || !strings.Contains(r.Stderr, "web1") || !strings.Contains(r.Stderr, "web2") {
 		t.Fatalf("alloc status web exp: ambiguous, both listed got: %+v", r)
 	}
+	// The agent's build, for watching a rolling upgrade of the clients.
+	ver := regexp.MustCompile(`"version": "([^"]+)"`).FindStringSubmatch(cli("version", "-json").Stdout)
+	if r := cli("node", "status"); ver == nil || !strings.Contains(r.Stdout, "Version") || !strings.Contains(r.Stdout, ver[1]) {
+		t.Fatalf("node status exp: a Version column with %v got: %+v", ver, r)
+	}
 	if r := cli("alloc", "stop", "web2"); r.Code != 0 {
 		t.Fatalf("alloc stop web2: %+v", r)
 	}

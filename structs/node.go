@@ -89,6 +89,10 @@ type Node struct {
 	// (endpoints/register_limits.go). Set by the leader, never by the
 	// agent; kept across re-registrations. Not a secret.
 	RegisteredCert string `json:"registered_cert,omitempty"`
+	// Version is the build the client agent runs (claimd version), as it
+	// said when it registered: what a rolling upgrade of the client agents
+	// is watched by (`claimd node status`). Empty for agents older than it.
+	Version string `json:"version,omitempty"`
 
 	CreateIndex uint64 `json:"create_index,omitempty"`
 	ModifyIndex uint64 `json:"modify_index,omitempty"`
@@ -98,6 +102,7 @@ type Node struct {
 const (
 	maxNodePlugins   = 64
 	maxSecretIDLen   = 256
+	maxVersionLen    = 64
 	maxFingerprintSz = 4096
 )
 
@@ -114,6 +119,9 @@ func (n *Node) Validate() error {
 	}
 	if n.SecretID == "" {
 		return Invalid("secret_id", "must not be empty")
+	}
+	if len(n.Version) > maxVersionLen {
+		return Invalid("version", fmt.Sprintf("longer than %d bytes", maxVersionLen))
 	}
 	if len(n.SecretID) > maxSecretIDLen {
 		return Invalid("secret_id", fmt.Sprintf("longer than %d bytes", maxSecretIDLen))

@@ -18,6 +18,9 @@ func (r *NodeRegisterRequest) CleanText() error {
 	if err := ValidateName("name", n.Name, MaxNameLen); err != nil {
 		return err
 	}
+	if err := ValidateName("version", n.Version, 64); err != nil {
+		return err
+	}
 	for _, fp := range []struct {
 		field string
 		m     map[string]*CSIInfo

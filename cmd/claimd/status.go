@@ -29,9 +29,9 @@ func runNodeStatus(args []string, stdout, stderr io.Writer) int {
 // printNodes is `node status`'s table.
 func printNodes(w io.Writer, nodes []*structs.Node) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tName\tStatus\tEligibility\tLease\tNode Plugins\tController Plugins")
+	fmt.Fprintln(tw, "ID\tName\tStatus\tEligibility\tVersion\tLease\tNode Plugins\tController Plugins")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status, eligibilityText(n.Eligibility),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, orDash(n.Name), n.Status, eligibilityText(n.Eligibility), orDash(n.Version),
 			leaseText(n.Lease), nodePluginHealth(n, n.CSINodePlugins), nodePluginHealth(n, n.CSIControllerPlugins))
 	}
 	tw.Flush()
