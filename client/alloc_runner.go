@@ -20,7 +20,13 @@ type allocRunner struct {
 
 	mu      sync.Mutex
 	running map[string]*allocTask
-	wg      sync.WaitGroup
+	// finished is the terminal status this agent reported for each
+	// allocation of this node the servers still list: a restored record
+	// that shows one running again is told again (restore.go).
+	finished map[string]structs.AllocClientStatus
+	// rereporting: an end being reported again, not sent twice at once.
+	rereporting map[string]bool
+	wg          sync.WaitGroup
 }
 
 type allocTask struct {
@@ -28,10 +34,14 @@ type allocTask struct {
 	// stopping: the task was started for a stop; a running task is
 	// cancelled when the allocation is stopped.
 	stopping bool
+	// ran: the allocation was reported running by this agent (its
+	// volumes mounted); reasserting: its claims are being re-reported
+	// to servers that show it pending (restore.go).
+	ran, reasserting bool
 }
 
 func newAllocRunner(a *Agent) *allocRunner {
-	return &allocRunner{a: a, running: map[string]*allocTask{}}
+	return &allocRunner{a: a, running: map[string]*allocTask{}, finished: map[string]structs.AllocClientStatus{}, rereporting: map[string]bool{}}
 }
 
 func (r *allocRunner) wait() { r.wg.Wait() }
@@ -84,7 +94,13 @@ func (r *allocRunner) run() {
 func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.olderRecord(allocs)
 	for _, alloc := range allocs {
+		if st, ok := r.finished[alloc.ID]; ok && !alloc.Terminal() {
+			// It ended here; a restored record shows it live again.
+			r.rereport(alloc.ID, st)
+			continue
+		}
 		task, ok := r.running[alloc.ID]
 		if alloc.Terminal() {
 			if ok {
@@ -105,6 +121,11 @@ func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
 			r.start(alloc, true)
 		case !ok && alloc.ClientStatus == structs.AllocClientPending:
 			r.start(alloc, false)
+		case ok && task.ran && !task.reasserting && alloc.ClientStatus == structs.AllocClientPending:
+			// Running here, pending on the servers: their record is
+			// older than this node (a snapshot restore).
+			task.reasserting = true
+			r.reassert(alloc, task)
 		}
 	}
 }
@@ -124,6 +145,7 @@ func (r *allocRunner) start(alloc *structs.Alloc, stop bool) {
 			done = r.runAlloc(ctx, alloc)
 		}
 		r.mu.Lock()
+		task.ran = done && !stop
 		if r.running[alloc.ID] == task && !done {
 			// Let the next reconcile start it again.
 			delete(r.running, alloc.ID)
@@ -309,6 +331,11 @@ func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
 
 // report sends a client status, retrying until it lands or the agent stops.
 func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
+	if status.Terminal() {
+		r.mu.Lock()
+		r.finished[allocID] = status
+		r.mu.Unlock()
+	}
 	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc}
 	pace := backoff.WithJitter(200*time.Millisecond, 5*time.Second)
 	for {

@@ -122,6 +122,12 @@ func (f *fencer) serversHold(c *heldClaim) (bool, string, error) {
 		return false, "", err
 	case ar.Alloc.NodeID != me:
 		return false, fmt.Sprintf("its allocation is on node %s", ar.Alloc.NodeID), nil
+	case ar.Alloc.DesiredStatus == structs.AllocDesiredRun && ar.Alloc.ClientStatus == structs.AllocClientPending:
+		// The servers want it to run and show it not started: a record
+		// older than this node (a snapshot restore) lost its claim, not
+		// released it. The alloc runner claims it again, and stops the
+		// writer if the claim is refused (restore.go).
+		return true, "", nil
 	}
 	var vr structs.VolumeResponse
 	if f.noVolumeRead.Load() {

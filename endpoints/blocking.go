@@ -59,6 +59,11 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		defer cancel()
 	}
 	waited, timedOut := false, false
+	// A snapshot restore replaces the whole state, often with an older
+	// index than the caller's: the change is answered at once, whatever
+	// the index says (a caller seeing a lower index starts over), instead
+	// of waiting for new writes to carry the index past the old one.
+	origin := srv.State()
 	answer := func() error {
 		if waited {
 			return c.stillAllowed(method)
@@ -72,7 +77,7 @@ func blockingQuery(srv *Deps, c *caller, method string, opts *structs.QueryOptio
 		}
 		meta.Index = idx
 		setLeaderMeta(srv, meta)
-		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex || timedOut {
+		if opts.MinQueryIndex == 0 || idx > opts.MinQueryIndex || timedOut || srv.State() != origin {
 			return answer()
 		}
 		select {
