@@ -188,9 +188,11 @@ func TestReconcile_AbnormalVolumeRefusesNewClaimsUntilHealthy(t *testing.T) {
 // A snapshot restore makes the record older than the nodes: a volume
 // mounted and in use on w1 has no claim in the restored record, so the
 // storage's attachment looks like an orphan. The reconciler asks w1
-// before it repairs, and w1 says it has the volume mounted for a1: the
+// before it repairs: while w1 has the volume mounted (its agent stops the
+// allocation the record no longer knows, but the unmount fails here), the
 // attachment stays, whatever the grace (it used to be detached from under
-// the running workload under node_lost fence).
+// the running workload under node_lost fence); once w1 has unmounted it,
+// the repair may go ahead, and never before.
 func TestReconcile_RestoredRecordNeverDetachesAMountInUse(t *testing.T) {
 	const grace = time.Second
 	e := newReleaseEnvOpts(t, harness.Options{Configure: func(cfg *server.Config) {
@@ -208,20 +210,25 @@ func TestReconcile_RestoredRecordNeverDetachesAMountInUse(t *testing.T) {
 	}
 	e.run(t, "a1", "w1", "v1")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
+	// w1 cannot unmount for now: the volume stays in use there.
+	e.nodes["w1"].SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 1000000}})
 	if err := e.api.SnapshotRestore(harness.Ctx(t, 30*time.Second), &backup, api.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Rounds past the grace: the orphan is found, asked about, and kept.
-	start := time.Now()
-	harness.WaitFor(t, 30*time.Second, func() error {
+	round := func() []*structs.StorageFinding {
 		resp, err := e.api.ReconcileVolumes(harness.Ctx(t, 30*time.Second), "")
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		for _, f := range resp.Reports[0].Findings {
+		return resp.Reports[0].Findings
+	}
+	start := time.Now()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		for _, f := range round() {
 			if f.VolumeID == "v1" && f.Kind == structs.FindingOrphan && !f.RepairedAt.IsZero() {
-				t.Fatalf("v1's attachment exp: kept (w1 has it mounted for a1) got: repaired at %s", f.RepairedAt)
+				t.Fatalf("v1's attachment exp: kept while w1 has it mounted got: repaired at %s", f.RepairedAt)
 			}
 		}
 		if time.Since(start) < 3*grace {
@@ -229,11 +236,33 @@ func TestReconcile_RestoredRecordNeverDetachesAMountInUse(t *testing.T) {
 		}
 		return nil
 	})
-	st, err := e.api.VolumeStorage(harness.Ctx(t, 10*time.Second), "v1")
-	if err != nil || len(st.PublishedNodes) != 1 {
-		t.Fatalf("v1 on the storage exp: still attached to w1 got: %+v %v", st, err)
-	}
 	if n := countCalls(e.controller.Audit(), "ControllerUnpublishVolume", "ext-v1", ""); n != 0 {
 		t.Fatalf("controller unpublish of the mounted volume exp: 0 got: %d", n)
+	}
+
+	// w1 can unmount again: its agent finishes the stop, and then (only
+	// then) the orphan may be repaired.
+	e.nodes["w1"].SetControl(hostdir.Control{Seq: 1})
+	harness.WaitFor(t, 60*time.Second, func() error {
+		for _, f := range round() {
+			if f.VolumeID == "v1" && !f.RepairedAt.IsZero() {
+				return nil
+			}
+		}
+		return fmt.Errorf("v1's orphan exp: repaired once w1 unmounted it got: not yet")
+	})
+	var unmounted, detached time.Time
+	for _, en := range e.nodes["w1"].Audit() {
+		if en.Method == "NodeUnpublishVolume" && en.Volume == "ext-v1" && en.Result == "ok" && unmounted.IsZero() {
+			unmounted = en.Time
+		}
+	}
+	for _, en := range e.controller.Audit() {
+		if en.Method == "ControllerUnpublishVolume" && en.Volume == "ext-v1" && en.Result == "ok" && detached.IsZero() {
+			detached = en.Time
+		}
+	}
+	if unmounted.IsZero() || detached.Before(unmounted) {
+		t.Fatalf("exp: w1's unmount (%s) before the storage detach (%s)", unmounted, detached)
 	}
 }
