@@ -218,6 +218,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	claimBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	mountBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	var waitingFor string // the reason last shown on the allocation
+	var volIndex uint64   // the volume's index last seen waiting for it
 	for {
 		// Every mount attempt follows a claim that is live now (a re-claim
 		// of a live claim answers the same claim): a retry after a failed
@@ -237,6 +238,11 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 				waitingFor = why
 				_ = r.a.statuses.send(ctx, &structs.AllocClientUpdate{ID: alloc.ID,
 					ClientStatus: structs.AllocClientPending, ClientDescription: why})
+			}
+			if errors.Is(err, structs.ErrMaxClaims) && r.waitVolumeChange(ctx, req.VolumeID, &volIndex) {
+				// The volume's claims changed (its holder's release went a
+				// step, or freed it): claim again at once.
+				continue
 			}
 			if backoff.Sleep(ctx, claimBackoff.Next()) != nil {
 				return ctx.Err()
@@ -348,4 +354,33 @@ func (r *allocRunner) report(ctx context.Context, allocID string, status structs
 			return false
 		}
 	}
+}
+
+// waitVolumeChange waits, by a blocking query, for the volume's state to
+// change past *index (a release step or the release of its holder), so
+// that a claim refused for max_claims is tried again when the volume may
+// be free rather than on a timer (issue 41). The first call reads the
+// index and returns at once. It reports false when the query failed or
+// answered at once with nothing new (an older server): the caller then
+// falls back to its backoff.
+func (r *allocRunner) waitVolumeChange(ctx context.Context, volID string, index *uint64) bool {
+	args := &structs.VolumeSpecificRequest{ID: volID, NodeID: r.a.ident.ID, QueryOptions: structs.QueryOptions{
+		AllowStale: true, MinQueryIndex: *index, MaxQueryTime: 30 * time.Second}}
+	var resp structs.VolumeResponse
+	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := r.a.conn.call(cctx, "Volume.Get", args, &resp); err != nil {
+		return false
+	}
+	first := *index == 0
+	changed := resp.Index > *index
+	*index = resp.Index
+	if first {
+		return true
+	}
+	// Unchanged after a full wait is a timeout: try the claim again (as
+	// the backoff would); unchanged at once is a server that does not
+	// block: back off.
+	return changed || time.Since(began) > 10*time.Second
 }
