@@ -110,6 +110,7 @@ type fakeReleases struct{}
 
 func (fakeReleases) Status() map[string]structs.ReleaseStatus { return nil }
 func (fakeReleases) RunClaimGC(context.Context) (int, error)  { return 0, nil }
+func (fakeReleases) RetryNode(string)                         {}
 
 // fakeAttachments publishes every claim at once, with a context naming
 // the node.

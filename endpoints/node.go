@@ -83,6 +83,9 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	n.bindSession(args.Node.ID, forwarded)
 	if args.Node.Status != structs.NodeStatusDown {
 		n.srv.Heartbeats.Received(args.Node.ID, received)
+		// A node registers again when it reconnects or its plugins'
+		// health changes: a release waiting on it goes on now.
+		n.srv.Releases.RetryNode(args.Node.ID)
 		// The entry committed in this leader's term after the heartbeat
 		// arrived: that is as good as a leadership check for the lease.
 		reply.Lease = args.Node.Lease

@@ -118,6 +118,8 @@ type Releases interface {
 	Status() map[string]structs.ReleaseStatus
 	// RunClaimGC runs the claim GC now and returns how many evals it made.
 	RunClaimGC(ctx context.Context) (int, error)
+	// RetryNode retries at once the releases waiting on a node.
+	RetryNode(nodeID string)
 }
 
 // Attachments keeps the controller attachments (attachment.Manager).

@@ -110,3 +110,32 @@ func newEvalID() string {
 	h := hex.EncodeToString(b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
+
+// RetryNode retries at once every release in backoff that waits on a node
+// (the node registered again: it reconnected, or its plugins' health
+// changed, which is when a node plugin that was away is back): the event,
+// not the backoff's timer, ends the wait (issue 41). Only volumes this
+// worker holds work for are looked at.
+func (w *Watcher) RetryNode(nodeID string) {
+	w.mu.Lock()
+	var waiting []string
+	for id, v := range w.vols {
+		if v.timer != nil {
+			waiting = append(waiting, id)
+		}
+	}
+	w.mu.Unlock()
+	state := w.state.State()
+	for _, id := range waiting {
+		vol, err := state.VolumeByID(nil, id)
+		if err != nil || vol == nil {
+			continue
+		}
+		for _, c := range vol.PastClaims {
+			if c.NodeID == nodeID {
+				w.enqueue(id, true)
+				break
+			}
+		}
+	}
+}
