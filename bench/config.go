@@ -27,10 +27,18 @@ const (
 	// then measures the idle cluster and, optionally, a leader takeover
 	// (scale.go).
 	ModeScale Mode = "scale"
+	// ModeHandoff has -volumes volumes of a real plugin change hands on a
+	// real client node: a holder and a waiter on each, the holders stopped
+	// together, the time until each waiter runs (handoff.go).
+	ModeHandoff Mode = "handoff"
 )
 
 // Modes lists the modes in the order the help text shows them.
-var Modes = []Mode{ModeClaim, ModeContended, ModeRelease, ModeScale}
+var Modes = []Mode{ModeClaim, ModeContended, ModeRelease, ModeScale, ModeHandoff}
+
+// DefaultHandoffVolumes is one volume changing hands; -volumes 100 is the
+// many-at-once case of issue 41.
+const DefaultHandoffVolumes = 1
 
 func (m Mode) valid() bool { return slices.Contains(Modes, m) }
 
@@ -111,6 +119,14 @@ type Config struct {
 	PauseFile string
 	// KeepState skips the final cleanup (deregistering volumes and node).
 	KeepState bool
+	// HandoffNode is the client node (ID, unique ID prefix or name) the
+	// handoff mode places its allocations on (default: the first ready
+	// node with HandoffPlugin healthy); HandoffPlugin the plugin of its
+	// volumes (default hostdir); Rounds how many handoffs of every volume
+	// it times (default 5).
+	HandoffNode   string
+	HandoffPlugin string
+	Rounds        int
 	// Prefix starts every ID the run creates (default "bench-" and 8 random
 	// hex digits).
 	Prefix string
@@ -162,6 +178,8 @@ func (c *Config) setDefaults() error {
 			c.Volumes = DefaultReleaseVolumes
 		case ModeScale:
 			c.Volumes = DefaultScaleVolumes
+		case ModeHandoff:
+			c.Volumes = DefaultHandoffVolumes
 		}
 	}
 	if len(c.Callers) == 0 {

@@ -118,6 +118,10 @@ func (r *Result) WriteText(w io.Writer) {
 	switch r.Mode {
 	case ModeScale:
 		r.writeScaleText(w)
+	case ModeHandoff:
+		fmt.Fprintf(w, "  %d volumes changed hands in %.2fs (holders stopped together)\n", r.Ops, r.Seconds)
+		fmt.Fprintf(w, "  stop→next holder running  p50 %s  p90 %s  p99 %s  max %s\n",
+			fmtMS(r.Latency.P50), fmtMS(r.Latency.P90), fmtMS(r.Latency.P99), fmtMS(r.Latency.Max))
 	case ModeRelease:
 		fmt.Fprintf(w, "  %d allocs stopped, %d claims freed in %.2fs: %.0f claims freed/s\n",
 			r.Allocs, r.Freed, r.Seconds, r.FreedPerSec)

@@ -26,6 +26,9 @@ func Run(ctx context.Context, cfg Config, emit func(*Result)) (err error) {
 	if cfg.Mode == ModeScale {
 		return runScale(ctx, c, &cfg, emit)
 	}
+	if cfg.Mode == ModeHandoff {
+		return runHandoff(ctx, c, &cfg, emit)
+	}
 	// The node prefers the servers as given, like an agent's -servers.
 	nodeServers := slices.Clone(cfg.Addresses)
 	for _, s := range c.servers {

@@ -26,6 +26,8 @@ type allocRunner struct {
 	finished map[string]structs.AllocClientStatus
 	// rereporting: an end being reported again, not sent twice at once.
 	rereporting map[string]bool
+	// volumeWaits bounds the blocking queries on volumes (waitVolumeChange).
+	volumeWaits chan struct{}
 	wg          sync.WaitGroup
 }
 
@@ -41,7 +43,8 @@ type allocTask struct {
 }
 
 func newAllocRunner(a *Agent) *allocRunner {
-	return &allocRunner{a: a, running: map[string]*allocTask{}, finished: map[string]structs.AllocClientStatus{}, rereporting: map[string]bool{}}
+	return &allocRunner{a: a, running: map[string]*allocTask{}, finished: map[string]structs.AllocClientStatus{}, rereporting: map[string]bool{},
+		volumeWaits: make(chan struct{}, maxVolumeWaits)}
 }
 
 func (r *allocRunner) wait() { r.wg.Wait() }
@@ -356,6 +359,10 @@ func (r *allocRunner) report(ctx context.Context, allocID string, status structs
 	}
 }
 
+// maxVolumeWaits is half the servers' bound on one node's reads in flight
+// (endpoints/query_gate.go): the rest stay for the node's other reads.
+const maxVolumeWaits = 32
+
 // waitVolumeChange waits, by a blocking query, for the volume's state to
 // change past *index (a release step or the release of its holder), so
 // that a claim refused for max_claims is tried again when the volume may
@@ -364,13 +371,24 @@ func (r *allocRunner) report(ctx context.Context, allocID string, status structs
 // answered at once with nothing new (an older server): the caller then
 // falls back to its backoff.
 func (r *allocRunner) waitVolumeChange(ctx context.Context, volID string, index *uint64) bool {
+	// The servers bound a node's reads in flight (64): at most
+	// maxVolumeWaits of them wait on volumes, the other waiters use the
+	// backoff, and a read refused with a retry-after hint is not waited
+	// out here (the backoff is shorter).
+	select {
+	case r.volumeWaits <- struct{}{}:
+		defer func() { <-r.volumeWaits }()
+	default:
+		return false
+	}
 	args := &structs.VolumeSpecificRequest{ID: volID, NodeID: r.a.ident.ID, QueryOptions: structs.QueryOptions{
 		AllowStale: true, MinQueryIndex: *index, MaxQueryTime: 30 * time.Second}}
 	var resp structs.VolumeResponse
 	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
 	began := time.Now()
-	if err := r.a.conn.call(cctx, "Volume.Get", args, &resp); err != nil {
+	args.AuthToken = r.a.ident.Secret
+	if err := r.a.conn.callOnce(cctx, "Volume.Get", args, &resp); err != nil {
 		return false
 	}
 	first := *index == 0

@@ -41,6 +41,10 @@ the servers, not a CSI plugin. Modes:
              servers on this machine only) and times the new leader until
              a claim is served and every node's heartbeat is accepted, and
              counts nodes marked down. Leaves its state in place.
+  handoff    on a real client node and plugin (-node, -plugin): -volumes
+             single-node-writer volumes, a holder and a waiter on each;
+             the holders stopped together, the time until each waiter runs
+             (its volume mounted), over -rounds rounds
 
 Every mode but scale cleans up what it made when it ends: its volumes, its
 node, and its allocations (finished and without claims, removed by the
@@ -80,7 +84,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended, release or scale")
+	mode := fs.String("mode", string(bench.ModeClaim), "claim, contended, release, scale or handoff")
 	target := fs.String("target", bench.TargetLeader, "where calls go: leader, follower or a server address; a comma-separated list runs each")
 	duration := fs.Duration("duration", 10*time.Second, "measured time of each run")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured load before each run's measured time")
@@ -96,6 +100,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	takeover := fs.Bool("takeover", false, "scale: after the idle window, kill the leader and time the takeover")
 	pauseFile := fs.String("pause-file", "", "scale: after the idle window wait, nodes heartbeating, until this file exists (at most 10 min)")
 	keep := fs.Bool("keep", false, "leave the volumes and the simulated node registered at the end")
+	handoffNode := fs.String("node", "", "handoff: the client node to run on (ID, ID prefix or name; default the first ready node with -plugin healthy)")
+	handoffPlugin := fs.String("plugin", "hostdir", "handoff: the node plugin of the volumes (any plugin the node runs, by its ID)")
+	rounds := fs.Int("rounds", 5, "handoff: handoffs of every volume timed")
 	asJSON := fs.Bool("json", false, "print one JSON object per run")
 	report := fs.String("report", "", "render FILE (JSON lines from -json runs, - for stdin) as markdown tables and exit")
 	logLevel := fs.String("log-level", "warn", "log level of the tool's own log (stderr)")
@@ -117,27 +124,30 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "%v", err)
 	}
 	cfg := bench.Config{
-		Addresses:    ac.Addresses,
-		Token:        ac.Token,
-		TLS:          ac.TLS,
-		Targets:      splitList(*target),
-		Mode:         bench.Mode(*mode),
-		Duration:     *duration,
-		Warmup:       *warmup,
-		Volumes:      *volumes,
-		Callers:      counts,
-		Hold:         *hold,
-		CallTimeout:  x.conn.timeout,
-		DrainTimeout: *drainTimeout,
-		KeepState:    *keep,
-		Nodes:        *nodes,
-		NodeSessions: *nodeSessions,
-		Settle:       *settle,
-		Idle:         *idle,
-		Takeover:     *takeover,
-		PauseFile:    *pauseFile,
-		Progress:     stderr,
-		Logger:       hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.LevelFromString(*logLevel), Output: stderr}),
+		Addresses:     ac.Addresses,
+		Token:         ac.Token,
+		TLS:           ac.TLS,
+		Targets:       splitList(*target),
+		Mode:          bench.Mode(*mode),
+		Duration:      *duration,
+		Warmup:        *warmup,
+		Volumes:       *volumes,
+		Callers:       counts,
+		Hold:          *hold,
+		CallTimeout:   x.conn.timeout,
+		DrainTimeout:  *drainTimeout,
+		KeepState:     *keep,
+		Nodes:         *nodes,
+		NodeSessions:  *nodeSessions,
+		Settle:        *settle,
+		Idle:          *idle,
+		Takeover:      *takeover,
+		PauseFile:     *pauseFile,
+		HandoffNode:   *handoffNode,
+		HandoffPlugin: *handoffPlugin,
+		Rounds:        *rounds,
+		Progress:      stderr,
+		Logger:        hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.LevelFromString(*logLevel), Output: stderr}),
 	}
 	// The first signal stops the runs (the tool then frees and removes
 	// what it created); a second one kills it.
