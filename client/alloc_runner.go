@@ -217,7 +217,11 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	if req.ReadOnly {
 		mode = structs.ClaimModeRead
 	}
-	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
+	// Wait: the leader holds a refusal for max_claims until the volume
+	// changes (at most MaxClaimWait), so the claim is granted as the
+	// holder's release frees it (issue 41).
+	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode,
+		Wait: structs.MaxClaimWait}
 	claimBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	mountBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	var waitingFor string // the reason last shown on the allocation
@@ -229,6 +233,7 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 		// meanwhile (the allocation was stopped while the plugin was away,
 		// and its node detach already ran).
 		var claim structs.VolumeClaimResponse
+		sent := time.Now()
 		err := r.a.conn.call(ctx, "Volume.Claim", claimReq, &claim)
 		if err != nil {
 			if !retryableClaimError(err) {
@@ -242,6 +247,12 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 				_ = r.a.statuses.send(ctx, &structs.AllocClientUpdate{ID: alloc.ID,
 					ClientStatus: structs.AllocClientPending, ClientDescription: why})
 			}
+			if errors.Is(err, structs.ErrMaxClaims) && time.Since(sent) >= structs.MaxClaimWait/2 {
+				// The leader held it for the whole wait: nothing changed,
+				// ask again at once (it waits again).
+				continue
+			}
+			// An older leader answers at once: wait on the volume here.
 			if errors.Is(err, structs.ErrMaxClaims) && r.waitVolumeChange(ctx, req.VolumeID, &volIndex) {
 				// The volume's claims changed (its holder's release went a
 				// step, or freed it): claim again at once.

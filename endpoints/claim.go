@@ -1,7 +1,11 @@
 package endpoints
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	memdb "github.com/hashicorp/go-memdb"
+	"time"
 
 	"github.com/claimd/claimd/structs"
 )
@@ -31,9 +35,21 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 			return err
 		}
 	}
-	res, index, err := v.srv.SubmitClaim(args)
-	if err != nil {
-		return err
+	// The wait is the leader's to do, never written to the log.
+	wait := min(max(args.Wait, 0), structs.MaxClaimWait)
+	args.Wait = 0
+	deadline := time.Now().Add(wait)
+	var res *structs.ClaimResult
+	var index uint64
+	for {
+		res, index, err = v.srv.SubmitClaim(args)
+		if err != nil {
+			return err
+		}
+		if rerr := res.Err(); wait > 0 && !args.Release && errors.Is(rerr, structs.ErrMaxClaims) && v.volumeChanged(args.VolumeID, index, deadline) {
+			continue // the holder's claim moved on: try again at once
+		}
+		break
 	}
 	reply.Index = index
 	if err := res.Err(); err != nil {
@@ -119,4 +135,29 @@ func claimNode(srv *Deps, args *structs.VolumeClaimRequest) (string, bool) {
 	// An allocation this server does not have (yet): its node is unknown
 	// here. The server that serves the call refuses a node secret for it.
 	return "", false
+}
+
+// volumeChanged waits until the volume's row changes after index (the
+// refused claim's), the deadline passes or the state is replaced, and
+// reports whether it may have been freed (a change, not the deadline).
+func (v *Volume) volumeChanged(volID string, index uint64, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		state := v.srv.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(state.AbandonCh())
+		vol, err := state.VolumeByID(ws, volID)
+		if err != nil || vol == nil {
+			return false
+		}
+		if vol.ModifyIndex > index {
+			return true
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		werr := ws.WatchCtx(ctx)
+		cancel()
+		if werr != nil {
+			return false
+		}
+	}
+	return false
 }

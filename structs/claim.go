@@ -156,8 +156,19 @@ type VolumeClaimRequest struct {
 	// and queues a volume-claim-gc eval. Releasing a claim that does not
 	// exist or is already past succeeds without change.
 	Release bool
+	// Wait, on a claim, lets the leader hold a refusal for max_claims up
+	// to this long (at most MaxClaimWait), trying again each time the
+	// volume changes, so that a waiting claim is granted when the holder's
+	// release frees the volume rather than at the caller's next retry
+	// (issue 41). The leader clears it before the claim is logged; an
+	// older server ignores it and answers at once.
+	Wait time.Duration `codec:",omitempty"`
 	WriteRequest
 }
+
+// MaxClaimWait bounds VolumeClaimRequest.Wait: well inside a forwarded
+// write's 30 s, with room for the controller publish that follows.
+const MaxClaimWait = 5 * time.Second
 
 // Validate checks the fields a claim or release needs; errors name the field.
 func (r *VolumeClaimRequest) Validate() error {

@@ -1,6 +1,10 @@
 package structs
 
-import "github.com/hashicorp/go-msgpack/v2/codec"
+import (
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+)
 
 // A hand-written msgpack codec for VolumeClaimRequest, the hottest type on
 // the wire and in the log: every claim and release call carries one (and a
@@ -11,7 +15,8 @@ import "github.com/hashicorp/go-msgpack/v2/codec"
 // omitempty tags) by Go field name, sorted by name, the embedded
 // WriteRequest's fields inline, so logs and peers of either kind read each
 // other (TestVolumeClaimRequestCodec_* checks both directions). A new field
-// must be added to both functions below and to claimRequestFields; the
+// must be added to both functions below and to claimReqFields (Wait, with
+// omitempty, is written only when set, as reflection does); the
 // test fails until it is.
 
 // go-msgpack's unexported constants, by value: a string is written as UTF-8
@@ -20,6 +25,9 @@ const (
 	codecUTF8      = 1
 	codecValueMap  = 9
 	claimReqFields = 11
+	// claimReqOptional are the fields written only when set (omitempty):
+	// Wait.
+	claimReqOptional = 1
 )
 
 // plainVolumeClaimRequest has VolumeClaimRequest's fields and none of its
@@ -42,7 +50,11 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 		ee.WriteMapElemValue()
 		ee.EncodeBool(v)
 	}
-	ee.WriteMapStart(claimReqFields)
+	fields := claimReqFields
+	if r.Wait != 0 {
+		fields++ // omitempty: reflection writes Wait only when set
+	}
+	ee.WriteMapStart(fields)
 	// In the order go-msgpack writes struct fields: sorted by name.
 	str("AccessMode", string(r.AccessMode))
 	str("AllocID", r.AllocID)
@@ -62,6 +74,12 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 	ee.WriteMapEnd()
 	boolean("Release", r.Release)
 	str("VolumeID", r.VolumeID)
+	if r.Wait != 0 {
+		ee.WriteMapElemKey()
+		ee.EncodeStringEnc(codecUTF8, "Wait")
+		ee.WriteMapElemValue()
+		ee.EncodeInt(int64(r.Wait))
+	}
 	ee.WriteMapEnd()
 }
 
@@ -111,6 +129,11 @@ func (r *VolumeClaimRequest) CodecDecodeSelf(d *codec.Decoder) {
 			r.AttachmentMode = AttachmentMode(str())
 		case "Release":
 			r.Release = boolean()
+		case "Wait":
+			r.Wait = 0
+			if !dd.TryDecodeAsNil() {
+				r.Wait = time.Duration(dd.DecodeInt64())
+			}
 		case "Forwarded":
 			r.Forwarded = boolean()
 		case "AuthToken":

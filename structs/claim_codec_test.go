@@ -24,6 +24,9 @@ func randomClaimRequest(r *rand.Rand) *VolumeClaimRequest {
 				f.SetString(fmt.Sprintf("%s-%d", v.Type().Field(i).Name, r.Intn(1000)))
 			case reflect.Bool:
 				f.SetBool(r.Intn(2) == 1)
+			case reflect.Int64:
+				// A duration (Wait), zero half the time (omitempty).
+				f.SetInt(int64(r.Intn(2)) * int64(r.Intn(1e9)))
 			case reflect.Struct:
 				fill(f)
 			default:
@@ -121,8 +124,8 @@ func TestVolumeClaimRequestCodec_CoversEveryField(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(reflect.TypeOf(VolumeClaimRequest{})); n != claimReqFields {
-		t.Fatalf("VolumeClaimRequest fields exp: %d (the codec's) got: %d: add the new field to claim_codec.go", claimReqFields, n)
+	if n := count(reflect.TypeOf(VolumeClaimRequest{})); n != claimReqFields+claimReqOptional {
+		t.Fatalf("VolumeClaimRequest fields exp: %d (the codec's) got: %d: add the new field to claim_codec.go", claimReqFields+claimReqOptional, n)
 	}
 }
 
