@@ -20,9 +20,9 @@ type allocRunner struct {
 
 	mu      sync.Mutex
 	running map[string]*allocTask
-	// finished is the terminal status this agent reported for each
-	// allocation of this node the servers still list: a restored record
-	// that shows one running again is told again (restore.go).
+	// finished is the terminal status the servers' record showed for each
+	// allocation of this node it still lists: a restored record that
+	// shows one live again is told again (restore.go).
 	finished map[string]structs.AllocClientStatus
 	// rereporting: an end being reported again, not sent twice at once.
 	rereporting map[string]bool
@@ -99,8 +99,13 @@ func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
 	defer r.mu.Unlock()
 	r.olderRecord(allocs)
 	for _, alloc := range allocs {
-		if st, ok := r.finished[alloc.ID]; ok && !alloc.Terminal() {
-			// It ended here; a restored record shows it live again.
+		if alloc.Terminal() {
+			// What the record says of its end: only a restore makes a
+			// terminal allocation live again.
+			r.finished[alloc.ID] = alloc.ClientStatus
+		} else if st, ok := r.finished[alloc.ID]; ok {
+			// The record showed it ended; now it shows it live: a restored
+			// (older) record. Tell it again how it ended.
 			r.rereport(alloc.ID, st)
 			continue
 		}
@@ -351,11 +356,6 @@ func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
 
 // report sends a client status, retrying until it lands or the agent stops.
 func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
-	if status.Terminal() {
-		r.mu.Lock()
-		r.finished[allocID] = status
-		r.mu.Unlock()
-	}
 	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc}
 	pace := backoff.WithJitter(200*time.Millisecond, 5*time.Second)
 	for {
