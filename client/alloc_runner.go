@@ -222,11 +222,12 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 	if req.ReadOnly {
 		mode = structs.ClaimModeRead
 	}
-	// Wait: the leader holds a refusal for max_claims until the volume
-	// changes (at most MaxClaimWait), so the claim is granted as the
-	// holder's release frees it (issue 41).
-	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode,
-		Wait: structs.MaxClaimWait}
+	// After the first refusal for max_claims (answered at once, so the
+	// allocation says at once what it waits for), claims carry Wait: the
+	// leader holds the refusal until the volume changes (at most
+	// MaxClaimWait), so the claim is granted as the holder's release
+	// frees it (issue 41).
+	claimReq := &structs.VolumeClaimRequest{VolumeID: req.VolumeID, AllocID: alloc.ID, NodeID: r.a.ident.ID, Mode: mode}
 	claimBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	mountBackoff := backoff.WithJitter(250*time.Millisecond, 10*time.Second)
 	var waitingFor string // the reason last shown on the allocation
@@ -252,9 +253,14 @@ func (r *allocRunner) claimAndMount(ctx context.Context, alloc *structs.Alloc, r
 				_ = r.a.statuses.send(ctx, &structs.AllocClientUpdate{ID: alloc.ID,
 					ClientStatus: structs.AllocClientPending, ClientDescription: why})
 			}
-			if errors.Is(err, structs.ErrMaxClaims) && time.Since(sent) >= structs.MaxClaimWait/2 {
+			if errors.Is(err, structs.ErrMaxClaims) && claimReq.Wait > 0 && time.Since(sent) >= structs.MaxClaimWait/2 {
 				// The leader held it for the whole wait: nothing changed,
 				// ask again at once (it waits again).
+				continue
+			}
+			if errors.Is(err, structs.ErrMaxClaims) && claimReq.Wait == 0 {
+				// The first refusal: from now on the leader waits.
+				claimReq.Wait = structs.MaxClaimWait
 				continue
 			}
 			// An older leader answers at once: wait on the volume here.
