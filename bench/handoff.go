@@ -140,20 +140,46 @@ func allocIDs(allocs []*structs.Alloc) []string {
 // one of ids runs, and returns for each the time from t0 to when it was
 // first seen running. A waiter that fails ends the wait with its error.
 func waitRunning(ctx context.Context, c *cluster, node string, ids []string, t0 time.Time, limit time.Duration) ([]time.Duration, error) {
+	var ds []time.Duration
+	err := watchAllocs(ctx, c, node, ids, limit, "running", func(a *structs.Alloc, seen time.Time) (bool, error) {
+		switch a.ClientStatus {
+		case structs.AllocClientRunning:
+			ds = append(ds, seen.Sub(t0))
+			return true, nil
+		case structs.AllocClientFailed, structs.AllocClientLost, structs.AllocClientComplete:
+			return false, fmt.Errorf("allocation %s is %s: %s", a.ID, a.ClientStatus, a.ClientDescription)
+		}
+		return false, nil
+	})
+	return ds, err
+}
+
+// waitTried waits until every waiter's description says it waits for its
+// volume (its claim was refused once).
+func waitTried(ctx context.Context, c *cluster, node string, ids []string, limit time.Duration) error {
+	return watchAllocs(ctx, c, node, ids, limit, "waiting for their volume", func(a *structs.Alloc, _ time.Time) (bool, error) {
+		return strings.Contains(a.ClientDescription, "waiting for volume"), nil
+	})
+}
+
+// watchAllocs follows the node's allocations by blocking query until done
+// says so of every one of ids (seen: when the answer came), done fails, or
+// limit passes (what names the state waited for, for the error).
+func watchAllocs(ctx context.Context, c *cluster, node string, ids []string, limit time.Duration, what string,
+	done func(a *structs.Alloc, seen time.Time) (bool, error)) error {
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
 	deadline := time.Now().Add(limit)
-	var ds []time.Duration
 	var index uint64
 	for len(want) > 0 {
 		if time.Now().After(deadline) {
-			return ds, fmt.Errorf("%d allocations not running after %s", len(want), limit)
+			return fmt.Errorf("%d allocations not %s after %s", len(want), what, limit)
 		}
 		allocs, meta, err := c.admin.Allocs(ctx, node, structs.QueryOptions{MinQueryIndex: index, MaxQueryTime: 10 * time.Second})
 		if err != nil {
-			return ds, err
+			return err
 		}
 		seen := time.Now()
 		index = meta.Index
@@ -161,38 +187,11 @@ func waitRunning(ctx context.Context, c *cluster, node string, ids []string, t0 
 			if !want[a.ID] {
 				continue
 			}
-			switch a.ClientStatus {
-			case structs.AllocClientRunning:
-				delete(want, a.ID)
-				ds = append(ds, seen.Sub(t0))
-			case structs.AllocClientFailed, structs.AllocClientLost, structs.AllocClientComplete:
-				return ds, fmt.Errorf("allocation %s is %s: %s", a.ID, a.ClientStatus, a.ClientDescription)
+			ok, err := done(a, seen)
+			if err != nil {
+				return err
 			}
-		}
-	}
-	return ds, nil
-}
-
-// waitTried waits until every waiter's description says it waits for its
-// volume (its claim was refused once).
-func waitTried(ctx context.Context, c *cluster, node string, ids []string, limit time.Duration) error {
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	deadline := time.Now().Add(limit)
-	var index uint64
-	for len(want) > 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d waiters did not try their claim within %s", len(want), limit)
-		}
-		allocs, meta, err := c.admin.Allocs(ctx, node, structs.QueryOptions{MinQueryIndex: index, MaxQueryTime: 10 * time.Second})
-		if err != nil {
-			return err
-		}
-		index = meta.Index
-		for _, a := range allocs {
-			if want[a.ID] && strings.Contains(a.ClientDescription, "waiting for volume") {
+			if ok {
 				delete(want, a.ID)
 			}
 		}

@@ -41,7 +41,7 @@ func (f *fencer) checkLoop() {
 		}
 		// Held claims first: one the servers released joins the
 		// fenced allocations reported failed just after.
-		ok := f.checkHeld()
+		ok := f.checkHeld(false)
 		if !f.reportFencedAllocs() {
 			ok = false
 		}
@@ -54,7 +54,15 @@ func (f *fencer) checkLoop() {
 
 // checkHeld compares every held claim that is not being stopped already
 // with the servers; it reports whether every comparison went through.
-func (f *fencer) checkHeld() bool {
+// Before the node registers (beforeRegister) it gives up at the first
+// claim the servers could not answer for (out of reach: every other
+// question would wait as long), leaving the rest to the check once
+// connected.
+func (f *fencer) checkHeld(beforeRegister bool) bool {
+	when := ""
+	if beforeRegister {
+		when = " before the node registers"
+	}
 	complete := true
 	for _, c := range f.held.list() {
 		if f.a.ctx.Err() != nil {
@@ -65,6 +73,9 @@ func (f *fencer) checkHeld() bool {
 		}
 		held, why, err := f.serversHold(c)
 		if err != nil {
+			if beforeRegister {
+				return false
+			}
 			complete = false
 			logRetry(f.a.logger, err, "could not check a held claim with the servers; retrying", "alloc", c.AllocID, "volume", c.VolumeID, "error", err)
 			continue
@@ -74,34 +85,11 @@ func (f *fencer) checkHeld() bool {
 		if held || !f.held.has(c.AllocID, c.VolumeID) {
 			continue
 		}
-		f.a.logger.Error(fmt.Sprintf("the servers no longer hold volume %s for this node: stopping its writer (fence command, then unmount)", c.VolumeID),
+		f.a.logger.Error(fmt.Sprintf("the servers no longer hold volume %s for this node: stopping its writer (fence command, then unmount)%s", c.VolumeID, when),
 			"alloc", c.AllocID, "volume", c.VolumeID, "node_lost", c.NodeLost, "why", why)
 		f.stopClaim(c, "released by the servers: "+why)
 	}
 	return complete
-}
-
-// checkHeldOnce is checkHeld before the node registers: it gives up at the
-// first claim the servers could not answer for (out of reach: every
-// other question would wait as long), leaving the rest to the check once
-// connected.
-func (f *fencer) checkHeldOnce() bool {
-	for _, c := range f.held.list() {
-		if f.a.ctx.Err() != nil || f.isPending(c.key()) {
-			continue
-		}
-		held, why, err := f.serversHold(c)
-		if err != nil {
-			return false
-		}
-		if held || !f.held.has(c.AllocID, c.VolumeID) {
-			continue
-		}
-		f.a.logger.Error(fmt.Sprintf("the servers no longer hold volume %s for this node: stopping its writer (fence command, then unmount) before the node registers", c.VolumeID),
-			"alloc", c.AllocID, "volume", c.VolumeID, "node_lost", c.NodeLost, "why", why)
-		f.stopClaim(c, "released by the servers: "+why)
-	}
-	return true
 }
 
 // serversHold reports whether the servers still hold the claim for this

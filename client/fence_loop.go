@@ -52,7 +52,7 @@ func (f *fencer) run() {
 	// its writer stopped before the node is ready again. Servers out of
 	// reach: the check runs again once the node is connected.
 	if len(f.held.list()) > 0 {
-		if !f.checkHeldOnce() {
+		if !f.checkHeld(true) {
 			f.a.logger.Warn("could not check the held claims with the servers before registering; checking again once connected")
 		}
 		f.stopDue()
