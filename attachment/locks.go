@@ -55,24 +55,64 @@ func (a *Locks) waiters(volumeID, nodeID string) int {
 	return 0
 }
 
-// pluginLocks serialise destructive controller calls per plugin (one
-// ControllerUnpublish of a plugin at a time from this server).
+// pluginLocks bound destructive controller calls per plugin: at most the
+// plugin's limit (structs.Plugin.ControllerCallLimit, one unless its
+// controllers' operators said more) of its ControllerUnpublish calls run at
+// once from this server. One at a time is the safe default (decision 9):
+// many back ends do not tolerate concurrent attach changes; a plugin that
+// does would otherwise pay one round trip per volume when many change
+// hands at once (decision 57).
 type pluginLocks struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	mu       sync.Mutex
+	cond     *sync.Cond
+	inFlight map[string]int
+	waiting  map[string]int // calls waiting for a place, for tests
 }
 
-func (p *pluginLocks) lock(pluginID string) func() {
+// lock waits until fewer than limit calls of the plugin run, and takes a
+// place. The limit is read per call: a lower one takes effect as the
+// calls above it end.
+func (p *pluginLocks) lock(pluginID string, limit int) func() {
+	limit = max(limit, 1)
 	p.mu.Lock()
-	if p.locks == nil {
-		p.locks = map[string]*sync.Mutex{}
+	if p.cond == nil {
+		p.cond = sync.NewCond(&p.mu)
+		p.inFlight, p.waiting = map[string]int{}, map[string]int{}
 	}
-	m := p.locks[pluginID]
-	if m == nil {
-		m = &sync.Mutex{}
-		p.locks[pluginID] = m
+	p.waiting[pluginID]++
+	for p.inFlight[pluginID] >= limit {
+		p.cond.Wait()
 	}
+	if p.waiting[pluginID]--; p.waiting[pluginID] == 0 {
+		delete(p.waiting, pluginID)
+	}
+	p.inFlight[pluginID]++
 	p.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+	return func() {
+		p.mu.Lock()
+		if p.inFlight[pluginID]--; p.inFlight[pluginID] == 0 {
+			delete(p.inFlight, pluginID)
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	}
+}
+
+// counts is how many controller calls of the plugin hold a place and how
+// many wait for one, for tests.
+func (p *pluginLocks) counts(pluginID string) (inFlight, waiting int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight[pluginID], p.waiting[pluginID]
+}
+
+// controllerCallLimit reads the plugin's limit from the state (its
+// instances and admissions: a summary has neither). A read that fails
+// gives the safe one.
+func (m *Manager) controllerCallLimit(pluginID string) int {
+	plug, err := m.state.State().PluginByID(nil, pluginID)
+	if err != nil {
+		return 1
+	}
+	return plug.ControllerCallLimit()
 }

@@ -226,10 +226,21 @@ func (a *Agent) node() *structs.Node {
 			n.CSINodePlugins[fp.ID] = ni
 		}
 		if ci := fp.ControllerInfo(); ci != nil {
+			ci.ControllerCalls = a.controllerCalls(fp.ID)
 			n.CSIControllerPlugins[fp.ID] = ci
 		}
 	}
 	return n
+}
+
+// controllerCalls is the plugin's configured controller_calls.
+func (a *Agent) controllerCalls(pluginID string) int {
+	for _, pc := range a.cfg.Plugins {
+		if pc.ID == pluginID {
+			return pc.ControllerCalls
+		}
+	}
+	return 0
 }
 
 // heartbeatLoop registers the node, then heartbeats within the TTL the

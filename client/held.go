@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/claimd/claimd/csi"
+	"github.com/claimd/claimd/internal/coalesce"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -46,6 +47,8 @@ type heldClaims struct {
 
 	mu     sync.Mutex
 	claims map[string]*heldClaim
+	// file writes the record; changes made together share a write.
+	file *coalesce.Writer
 	// onChange runs after every change (outside the lock): the lease
 	// file lists what is held.
 	onChange func()
@@ -55,6 +58,7 @@ const heldClaimsFile = "held-claims.json"
 
 func loadHeldClaims(dir string) (*heldClaims, error) {
 	h := &heldClaims{path: filepath.Join(dir, heldClaimsFile), claims: map[string]*heldClaim{}}
+	h.file = coalesce.New(h.save)
 	b, err := os.ReadFile(h.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return h, nil
@@ -80,8 +84,8 @@ func (h *heldClaims) add(c *heldClaim) error {
 	cc := *c
 	h.mu.Lock()
 	h.claims[cc.key()] = &cc
-	err := h.saveLocked()
 	h.mu.Unlock()
+	err := h.file.Flush()
 	h.changed()
 	return err
 }
@@ -101,8 +105,8 @@ func (h *heldClaims) remove(allocID, volumeID string) error {
 		return nil
 	}
 	delete(h.claims, key)
-	err := h.saveLocked()
 	h.mu.Unlock()
+	err := h.file.Flush()
 	h.changed()
 	return err
 }
@@ -137,13 +141,10 @@ func (h *heldClaims) list() []*heldClaim {
 	return out
 }
 
-func (h *heldClaims) saveLocked() error {
-	list := make([]*heldClaim, 0, len(h.claims))
-	for _, c := range h.claims {
-		list = append(list, c)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].key() < list[j].key() })
-	b, err := json.Marshal(list)
+// save writes the whole record as it is now (h.file runs it, one at a
+// time: a caller's change is on disk once a save begun after it ends).
+func (h *heldClaims) save() error {
+	b, err := json.Marshal(h.list())
 	if err != nil {
 		return err
 	}

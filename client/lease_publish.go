@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/claimd/claimd/internal/coalesce"
 	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
 )
@@ -31,10 +32,13 @@ type leasePublisher struct {
 	// stopping marks claims whose unmount has begun (alloc/volume keys).
 	stopping map[string]bool
 	failed   bool // the last write failed (logged once per failure run)
+	// file runs write; changes made together share a write.
+	file *coalesce.Writer
 }
 
 func newLeasePublisher(a *Agent) *leasePublisher {
 	p := &leasePublisher{a: a, path: leasefile.Path(a.cfg.DataDir), bootID: leasefile.BootID(), stopping: map[string]bool{}}
+	p.file = coalesce.New(p.write)
 	// The deadline a previous run of this agent published on this boot
 	// still stands until this run renews.
 	if f, err := leasefile.Read(p.path); err == nil && f.BootID == p.bootID && f.NodeID == a.ident.ID {
@@ -73,8 +77,12 @@ func (p *leasePublisher) deadlines() (fenceAt, deadline int64) {
 	return p.fenceAt, p.deadline
 }
 
-// publish writes the file from the current deadline and held claims.
-func (p *leasePublisher) publish() {
+// publish returns once the file shows the current deadline and held
+// claims (a write begun after this call has ended).
+func (p *leasePublisher) publish() { _ = p.file.Flush() }
+
+// write writes the file from the current deadline and held claims.
+func (p *leasePublisher) write() error {
 	held := p.a.held.list()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -96,7 +104,8 @@ func (p *leasePublisher) publish() {
 			p.a.logger.Error("could not write the node lease file: claimd exec and the keeper will take the lease as lost", "path", p.path, "error", err)
 		}
 		p.failed = true
-		return
+		return err
 	}
 	p.failed = false
+	return nil
 }

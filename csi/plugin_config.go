@@ -2,6 +2,7 @@ package csi
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/claimd/claimd/structs"
@@ -34,6 +35,11 @@ type PluginConfig struct {
 	ID     string
 	Type   PluginType
 	Socket string // "unix:///path" or a plain path
+	// ControllerCalls is how many ControllerUnpublish calls the servers
+	// may send this plugin's controllers at once (0: one at a time, the
+	// safe default for back ends that do not tolerate concurrent attach
+	// changes). Only a controller's own setting counts (decision 57).
+	ControllerCalls int
 }
 
 // Validate checks the fields; errors are coded invalid.
@@ -46,6 +52,12 @@ func (p PluginConfig) Validate() error {
 	}
 	if _, err := SocketPath(p.Socket); err != nil {
 		return structs.Invalid("csi plugin socket", err.Error())
+	}
+	if p.ControllerCalls < 0 || p.ControllerCalls > structs.MaxControllerCalls {
+		return structs.Invalid("csi plugin controller_calls", fmt.Sprintf("%d is not between 1 and %d", p.ControllerCalls, structs.MaxControllerCalls))
+	}
+	if p.ControllerCalls > 0 && !p.Type.HasController() {
+		return structs.Invalid("csi plugin controller_calls", fmt.Sprintf("is for controller and monolith plugins, not %s", p.Type))
 	}
 	return nil
 }
@@ -66,8 +78,14 @@ func ParsePluginConfig(s string) (PluginConfig, error) {
 			p.Type = PluginType(v)
 		case "socket":
 			p.Socket = v
+		case "controller_calls":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return p, structs.Invalid("csi-plugin controller_calls", fmt.Sprintf("%q is not a whole number from 1 to %d", v, structs.MaxControllerCalls))
+			}
+			p.ControllerCalls = n
 		default:
-			return p, structs.Invalid("csi-plugin", fmt.Sprintf("unknown key %q (want id, type, socket)", k))
+			return p, structs.Invalid("csi-plugin", fmt.Sprintf("unknown key %q (want id, type, socket, controller_calls)", k))
 		}
 	}
 	return p, p.Validate()

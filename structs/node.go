@@ -48,6 +48,12 @@ type CSIInfo struct {
 	// plugin was never fingerprinted healthy or the agent predates them.
 	ControllerCapabilities *CSIControllerCapabilities `json:"controller_capabilities,omitempty"`
 	NodeCapabilities       *CSINodeCapabilities       `json:"node_capabilities,omitempty"`
+	// ControllerCalls (controller fingerprints) is how many
+	// ControllerUnpublish calls the plugin takes at once as its operator
+	// configured it (controller_calls); 0 means one. The servers send at
+	// most the smallest setting of the plugin's admitted controllers
+	// (Plugin.ControllerCallLimit, decision 57).
+	ControllerCalls int `json:"controller_calls,omitempty"`
 }
 
 // Copy returns a deep copy.

@@ -25,6 +25,9 @@ const (
 	// MaxFingerprintText bounds one fingerprint's health description,
 	// provider, provider version and external node ID together.
 	MaxFingerprintText = 1024
+	// MaxControllerCalls bounds a plugin's controller_calls: the release
+	// workers (watcher.DefaultWorkers and the like) are the real bound.
+	MaxControllerCalls = 256
 	// MaxFingerprintSegments bounds one fingerprint's topology segments,
 	// and MaxFingerprintSegmentBytes each segment's key and value together.
 	MaxFingerprintSegments     = 16
@@ -57,6 +60,9 @@ func (n *Node) ValidateSize() error {
 			if text > MaxFingerprintText {
 				return Invalid(f, fmt.Sprintf("health_description, provider, provider_version and external_node_id are %d bytes together, at most %d allowed",
 					text, MaxFingerprintText))
+			}
+			if info.ControllerCalls < 0 || info.ControllerCalls > MaxControllerCalls {
+				return Invalid(f+".controller_calls", fmt.Sprintf("%d is not between 0 and %d", info.ControllerCalls, MaxControllerCalls))
 			}
 			if len(info.AccessibleTopology) > MaxFingerprintSegments {
 				return Invalid(f+".accessible_topology", fmt.Sprintf("has %d segments, at most %d allowed",

@@ -92,3 +92,25 @@ func copyAdmissions(m map[string]*ControllerAdmission) map[string]*ControllerAdm
 	}
 	return out
 }
+
+// ControllerCallLimit is how many ControllerUnpublish calls of the plugin
+// a server runs at once: the smallest controller_calls of its admitted
+// controllers, at least one (decision 57). A setting is only as good as
+// the back end every controller drives, so the most careful one wins; a
+// controller not admitted has no say.
+func (p *Plugin) ControllerCallLimit() int {
+	if p == nil {
+		return 1
+	}
+	limit := 0
+	for id, c := range p.Controllers {
+		if c == nil || !p.ControllerAdmitted(id) {
+			continue
+		}
+		n := max(c.ControllerCalls, 1)
+		if limit == 0 || n < limit {
+			limit = n
+		}
+	}
+	return max(limit, 1)
+}

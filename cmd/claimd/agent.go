@@ -91,6 +91,9 @@ const (
 	// defaultNodeLease is three default heartbeat TTLs: a node is marked
 	// down after one, so a lease only matters for a node that stays away.
 	defaultNodeLease = 30 * time.Second
+	// devControllerCalls is the built-in hostdir's controller_calls: more
+	// than the default release workers, so it never holds a release back.
+	devControllerCalls = 64
 	// leaveTimeout bounds -leave-on-terminate's leave.
 	leaveTimeout = 30 * time.Second
 	// devBootstrapTimeout bounds the dev agent's wait for its server to
@@ -136,7 +139,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.BoolVar(&f.server, "server", false, "run a server (Raft member)")
 	fs.BoolVar(&f.client, "client", false, "run a client agent (with -servers and -csi-plugin)")
 	fs.StringVar(&f.servers, "servers", "", "client: server addresses, comma-separated")
-	fs.Var(&f.plugins, "csi-plugin", "client: a CSI plugin, id=ID,type=node|controller|monolith,socket=PATH (repeatable)")
+	fs.Var(&f.plugins, "csi-plugin", "client: a CSI plugin, id=ID,type=node|controller|monolith,socket=PATH[,controller_calls=N] (repeatable)")
 	fs.BoolVar(&f.dev, "dev", false, "run a single-server cluster with state in a temporary directory (mutual TLS and ACLs on, with its own CA and management token)")
 	fs.BoolVar(&f.devInsecure, "dev-insecure", false, "with -dev: plaintext and no ACLs (for trying the plaintext path only)")
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many servers know each other")
@@ -273,7 +276,10 @@ func (a *agent) setUpDev() error {
 		return fmt.Errorf("start built-in plugin: %w", err)
 	}
 	a.onStop(plug.Stop)
-	f.plugins = append(f.plugins, csi.PluginConfig{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: plug.Endpoint()})
+	// hostdir's volumes are directories on this machine: its controller
+	// takes any number of detaches at once (decision 57).
+	f.plugins = append(f.plugins, csi.PluginConfig{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: plug.Endpoint(),
+		ControllerCalls: devControllerCalls})
 	fmt.Fprintf(a.stdout, "built-in hostdir plugin: socket=%s root=%s\n", plug.Endpoint(), filepath.Join(f.dataDir, "hostdir"))
 	return nil
 }

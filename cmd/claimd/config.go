@@ -312,10 +312,11 @@ func (d *decoder) body(block string, body hcl.Body) {
 	}
 }
 
-// plugin decodes client { plugin "ID" { type = "...", socket = "..." } }.
+// plugin decodes client { plugin "ID" { type = "...", socket = "...",
+// controller_calls = N } } (controller_calls optional).
 func (d *decoder) plugin(key string, b *hcl.Block) (csi.PluginConfig, bool) {
 	content, diags := b.Body.Content(&hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-		{Name: "type", Required: true}, {Name: "socket", Required: true}}})
+		{Name: "type", Required: true}, {Name: "socket", Required: true}, {Name: "controller_calls"}}})
 	d.diags(key, diags)
 	if diags.HasErrors() {
 		return csi.PluginConfig{}, false
@@ -327,6 +328,13 @@ func (d *decoder) plugin(key string, b *hcl.Block) (csi.PluginConfig, bool) {
 		return pc, false
 	}
 	pc.Type, pc.Socket = csi.PluginType(typ.(string)), sock.(string)
+	if attr := content.Attributes["controller_calls"]; attr != nil {
+		n, ok := d.value(key+".controller_calls", kInt, attr)
+		if !ok {
+			return pc, false
+		}
+		pc.ControllerCalls = n.(int)
+	}
 	if err := pc.Validate(); err != nil {
 		var ce *structs.CodedError
 		msg := err.Error()

@@ -86,9 +86,14 @@ func (s *controllerServer) ControllerPublishVolume(_ context.Context, req *csipb
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 	want := attachment{AccessMode: mode.String(), ReadOnly: req.GetReadonly(), Since: time.Now().UTC()}
 
-	p.ctrlMu.Lock()
-	defer p.ctrlMu.Unlock()
-	unlock, err := p.store.lockAttachments()
+	// A node with an attachment limit counts across volumes: every
+	// volume's attachments must hold still (lockAttachments); otherwise
+	// only this volume's.
+	lock := func() (func(), error) { return p.store.lockVolume(id) }
+	if nodeRec.MaxVolumes > 0 {
+		lock = p.store.lockAttachments
+	}
+	unlock, err := lock()
 	if err != nil {
 		return nil, internal("lock attachments", err)
 	}
@@ -146,9 +151,7 @@ func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csi
 		return &csipb.ControllerUnpublishVolumeResponse{}, nil
 	}
 	p := s.p
-	p.ctrlMu.Lock()
-	defer p.ctrlMu.Unlock()
-	unlock, err := p.store.lockAttachments()
+	unlock, err := p.store.lockVolume(id)
 	if err != nil {
 		return nil, internal("lock attachments", err)
 	}

@@ -102,8 +102,7 @@ func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVo
 		return nil, err
 	}
 	p := s.p
-	p.nodeMu.Lock()
-	defer p.nodeMu.Unlock()
+	defer p.nodeLocks.lock(id)()
 	if !showsVolume(path, volDir) {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not staged or published at %s", id, path)
 	}

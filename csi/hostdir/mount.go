@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 )
 
 // stageLink is the symlink a symlink-mode stage puts inside the staging
@@ -219,13 +220,22 @@ func unmountAll(path string) error {
 	return fmt.Errorf("unmount %s: still mounted after 16 unmounts", path)
 }
 
-// isMountPoint reports whether path is a mount point, from
-// /proc/self/mountinfo: a bind mount from the same filesystem has the same
-// st_dev as its parent, so stat cannot tell.
+// isMountPoint reports whether path is a mount point: a bind mount from the
+// same filesystem has the same st_dev as its parent, so stat cannot tell;
+// statx's mount-root attribute can, and /proc/self/mountinfo where the
+// kernel is older.
 func isMountPoint(path string) (bool, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return false, err
+	}
+	// The kernel says so itself (statx's mount-root attribute, Linux 5.8):
+	// reading the mount table instead costs a pass over every mount on
+	// the machine, under the lock that mounts take, for each call.
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, real, unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err == nil &&
+		stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
 	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

@@ -62,8 +62,7 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csipb.NodeStageVolu
 	if err != nil {
 		return nil, err
 	}
-	s.p.nodeMu.Lock()
-	defer s.p.nodeMu.Unlock()
+	defer s.p.nodeLocks.lock(req.GetVolumeId())()
 	if err := s.p.mounter.stage(volDir, req.GetStagingTargetPath()); err != nil {
 		return nil, mountError("stage", err)
 	}
@@ -74,8 +73,7 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstage
 	if err := required("volume_id", req.GetVolumeId(), "staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	s.p.nodeMu.Lock()
-	defer s.p.nodeMu.Unlock()
+	defer s.p.nodeLocks.lock(req.GetVolumeId())()
 	if err := s.p.mounter.unstage(req.GetStagingTargetPath()); err != nil {
 		return nil, mountError("unstage", err)
 	}
@@ -99,13 +97,12 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 	readOnly := req.GetReadonly() || req.GetPublishContext()[PublishContextReadOnly] == "true" ||
 		isReaderOnly(req.GetVolumeCapability().GetAccessMode().GetMode())
 
-	s.p.nodeMu.Lock()
-	defer s.p.nodeMu.Unlock()
+	defer s.p.nodeLocks.lock(req.GetVolumeId())()
 	singleWriter := req.GetVolumeCapability().GetAccessMode().GetMode() == csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
 	if singleWriter {
 		// One workload at a time: a second target path on this node is
 		// a second workload.
-		if t, ok := s.p.swTargets[req.GetVolumeId()]; ok && t != req.GetTargetPath() {
+		if t, ok := s.p.swTarget(req.GetVolumeId()); ok && t != req.GetTargetPath() {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-node-single-writer and already published at %s", req.GetVolumeId(), t)
 		}
 	}
@@ -123,10 +120,7 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csipb.NodePublish
 		return nil, mountError("publish", err)
 	}
 	if singleWriter {
-		if s.p.swTargets == nil {
-			s.p.swTargets = map[string]string{}
-		}
-		s.p.swTargets[req.GetVolumeId()] = req.GetTargetPath()
+		s.p.setSWTarget(req.GetVolumeId(), req.GetTargetPath())
 	}
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
@@ -135,14 +129,11 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpub
 	if err := required("volume_id", req.GetVolumeId(), "target_path", req.GetTargetPath()); err != nil {
 		return nil, err
 	}
-	s.p.nodeMu.Lock()
-	defer s.p.nodeMu.Unlock()
+	defer s.p.nodeLocks.lock(req.GetVolumeId())()
 	if err := s.p.mounter.unpublish(req.GetTargetPath()); err != nil {
 		return nil, mountError("unpublish", err)
 	}
-	if s.p.swTargets[req.GetVolumeId()] == req.GetTargetPath() {
-		delete(s.p.swTargets, req.GetVolumeId())
-	}
+	s.p.forgetSWTarget(req.GetVolumeId(), req.GetTargetPath())
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
 }
 

@@ -18,7 +18,9 @@ import (
 //
 // Concurrency: gRPC calls arrive on many goroutines. Controller calls that
 // change state are serialised by ctrlMu within the process and by an flock
-// across processes; node calls by nodeMu. Fault injection and the audit log
+// across processes, except ControllerPublish and ControllerUnpublish, which
+// take only their volume's flock (and the shared one: store.lockVolume);
+// node calls by their volume's lock (nodeLocks). Fault injection and the audit log
 // have their own locks. Start, Serve and Stop may be called from any
 // goroutine; Stop is idempotent and waits for calls in flight, whose
 // contexts it cancels.
@@ -31,10 +33,11 @@ type Plugin struct {
 	audit   *auditLog
 	srv     *grpc.Server
 
-	ctrlMu sync.Mutex
-	nodeMu sync.Mutex
+	ctrlMu    sync.Mutex
+	nodeLocks volumeLocks
 	// swTargets is where each single-node-single-writer volume is
-	// published on this node (one target path at a time), under nodeMu.
+	// published on this node (one target path at a time), under swMu.
+	swMu      sync.Mutex
 	swTargets map[string]string
 
 	// exit is what a control file's "exit" does: stop serving here, exit

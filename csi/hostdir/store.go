@@ -34,7 +34,7 @@ func (s store) attachFile(id string) string {
 func (s store) nodeFile(id string) string { return filepath.Join(s.root, "nodes", id) }
 
 func (s store) init() error {
-	for _, d := range []string{"volumes", "meta", "attachments", "nodes", "snapshots", "snapmeta", "expansions", "health"} {
+	for _, d := range []string{"volumes", "meta", "attachments", "attach-locks", "nodes", "snapshots", "snapmeta", "expansions", "health"} {
 		if err := os.MkdirAll(filepath.Join(s.root, d), 0o755); err != nil {
 			return fmt.Errorf("hostdir: create %s: %w", d, err)
 		}
@@ -209,13 +209,40 @@ func (s store) attachedTo(node string) (int, error) {
 
 // lockAttachments takes an exclusive flock that every hostdir process
 // sharing Root honours, so two controllers cannot both attach a
-// single-node volume to different nodes.
+// single-node volume to different nodes. It excludes every lockVolume too:
+// take it to see or change more than one volume's attachments.
 func (s store) lockAttachments() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(s.root, "attachments", ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	return flockFile(filepath.Join(s.root, "attachments", ".lock"), syscall.LOCK_EX)
+}
+
+// lockVolume locks one volume's attachments: the shared lock shared (so
+// lockAttachments waits for it), then the volume's own exclusive. Publish
+// and unpublish of different volumes go on at once; a count across
+// volumes (a node's attachment limit) needs lockAttachments. A hostdir
+// of before this lock takes lockAttachments for every call, which
+// excludes this one: processes of both kinds may share Root.
+func (s store) lockVolume(id string) (unlock func(), err error) {
+	shared, err := flockFile(filepath.Join(s.root, "attachments", ".lock"), syscall.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	own, err := flockFile(filepath.Join(s.root, "attach-locks", id), syscall.LOCK_EX)
+	if err != nil {
+		shared()
+		return nil, err
+	}
+	return func() { own(); shared() }, nil
+}
+
+// flockFile opens (creating) path and flocks it with how. Each call has
+// its own open file, so calls in one process exclude each other as calls
+// in two processes do.
+func flockFile(path string, how int) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
 		return nil, err
 	}
