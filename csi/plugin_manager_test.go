@@ -146,6 +146,15 @@ func TestManagerConfigValidation(t *testing.T) {
 	if err != nil || pc != (PluginConfig{ID: "hostdir", Type: PluginTypeMonolith, Socket: "unix:///run/h.sock"}) {
 		t.Fatalf("exp: parsed got: %+v %v", pc, err)
 	}
+	if pc, err := ParsePluginConfig("id=c,type=controller,socket=/run/c.sock,controller_calls=8"); err != nil || pc.ControllerCalls != 8 {
+		t.Errorf("controller_calls=8 exp: parsed as 8 got: %+v %v", pc, err)
+	}
+	for _, bad := range []string{"id=c,type=controller,socket=/p,controller_calls=0", "id=c,type=controller,socket=/p,controller_calls=x",
+		"id=c,type=controller,socket=/p,controller_calls=257", "id=n,type=node,socket=/p,controller_calls=2"} {
+		if _, err := ParsePluginConfig(bad); err == nil || !strings.Contains(err.Error(), "controller_calls") {
+			t.Errorf("%q exp: an error naming controller_calls got: %v", bad, err)
+		}
+	}
 	if _, err := ParsePluginConfig("id=x,type=node,sock=/p"); err == nil {
 		t.Fatal("exp: unknown key refused got: nil")
 	}

@@ -43,6 +43,10 @@ func TestNode_ValidateSize(t *testing.T) {
 		"csi_node_plugins.p2.accessible_topology: segment": func(n *Node) {
 			n.CSINodePlugins["p2"].AccessibleTopology["topology.example.com/k00"] = strings.Repeat("v", MaxFingerprintSegmentBytes)
 		},
+		"csi_node_plugins.p3.controller_calls: 257 is not between 0 and 256": func(n *Node) {
+			n.CSINodePlugins["p3"].ControllerCalls = MaxControllerCalls + 1
+		},
+		"csi_node_plugins.p3.controller_calls: -1": func(n *Node) { n.CSINodePlugins["p3"].ControllerCalls = -1 },
 		"the node's fingerprints": func(n *Node) {
 			for i := range 8 {
 				id := fmt.Sprintf("c%d", i)

@@ -63,8 +63,9 @@ client {
   fence_command         = "/usr/local/bin/stop-workload"
   fence_timeout         = "3s"
   plugin "hostdir" {
-    type   = "monolith"
-    socket = "/run/csi/hostdir.sock"
+    type             = "monolith"
+    socket           = "/run/csi/hostdir.sock"
+    controller_calls = 8
   }
   plugin "ebs" {
     type   = "node"
@@ -105,7 +106,7 @@ const fullJSON = `{
     "enabled": true, "servers": ["10.0.0.1:4647"], "plugin_probe_interval": "7s",
     "node_lease": "45s", "fence_command": "/usr/local/bin/stop-workload", "fence_timeout": "3s",
     "plugin": {
-      "hostdir": {"type": "monolith", "socket": "/run/csi/hostdir.sock"},
+      "hostdir": {"type": "monolith", "socket": "/run/csi/hostdir.sock", "controller_calls": 8},
       "ebs": {"type": "node", "socket": "unix:///run/csi/ebs.sock"}
     }
   },
@@ -164,7 +165,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
 		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload", fenceTimeout: 3 * time.Second,
 		plugins: pluginFlags{
-			{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: "/run/csi/hostdir.sock"},
+			{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: "/run/csi/hostdir.sock", ControllerCalls: 8},
 			{ID: "ebs", Type: csi.PluginTypeNode, Socket: "unix:///run/csi/ebs.sock"},
 		},
 		tlsAllowPlain: true, aclEnabled: true, aclToken: "a-secret-token",
@@ -353,6 +354,10 @@ func TestConfigFile_BadFilesAreRefusedNamingFileLineAndKey(t *testing.T) {
 			[]string{"a.hcl:2:", "server.bootstrap_expect", "want a whole number, got a string"}},
 		{"negative bootstrap_expect", "a.hcl", "server {\n  bootstrap_expect = -1\n}\n",
 			[]string{"a.hcl:2:", "server.bootstrap_expect", "must not be negative"}},
+		{"controller_calls on a node plugin", "a.hcl", "client {\n  plugin \"n\" {\n    type = \"node\"\n    socket = \"/run/n.sock\"\n    controller_calls = 4\n  }\n}\n",
+			[]string{"client.plugin \"n\"", "controller_calls", "controller and monolith plugins"}},
+		{"controller_calls out of range", "a.hcl", "client {\n  plugin \"c\" {\n    type = \"controller\"\n    socket = \"/run/c.sock\"\n    controller_calls = 1000\n  }\n}\n",
+			[]string{"client.plugin \"c\"", "controller_calls", "1000 is not between 1 and 256"}},
 		{"fraction for a whole number", "a.hcl", "server {\n  release_workers = 1.5\n}\n",
 			[]string{"a.hcl:2:", "server.release_workers", "got the number 1.5"}},
 		{"negative duration", "a.hcl", "server {\n  release_backoff_max = \"-1s\"\n}\n",
