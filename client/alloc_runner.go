@@ -369,6 +369,12 @@ func (r *allocRunner) report(ctx context.Context, allocID string, status structs
 		if err == nil {
 			return true
 		}
+		if ctx.Err() != nil {
+			// The task was cancelled: the allocation ended meanwhile (the
+			// record shows this very status, or a later one), or the agent
+			// stops. Nothing failed.
+			return false
+		}
 		r.a.logger.Warn("reporting allocation status failed; retrying", "alloc", allocID, "status", status, "error", err)
 		if backoff.Sleep(ctx, pace.Next()) != nil {
 			return false
