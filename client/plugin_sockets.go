@@ -110,15 +110,20 @@ func (a *Agent) pluginSocketLoop() {
 		if !gone && !back {
 			continue
 		}
-		// Gone or back: probe now, so the node's fingerprint says so,
-		// and register again even if the fingerprint did not change (a
-		// plugin restarted between two probes looks as healthy as
-		// before, and a release may have failed on it meanwhile).
+		// Gone or back: probe now, so the node's fingerprint says so (a
+		// change of health registers again through OnChange).
 		a.plugins.Refresh(a.ctx)
 		if a.ctx.Err() != nil {
 			return
 		}
-		a.logger.Debug("plugin socket changed; probed, registering again", "back", back)
-		a.wakeHeartbeat()
+		if back {
+			// Back: register again even if the fingerprint did not
+			// change (a plugin restarted between two probes looks as
+			// healthy as before, and a release may have failed on it
+			// meanwhile). One register per return, not per look: a
+			// plugin in a crash loop costs one per restart.
+			a.logger.Debug("plugin socket back; probed, registering again")
+			a.wakeHeartbeat()
+		}
 	}
 }
