@@ -140,6 +140,7 @@ func New(cfg Config) (*Agent, error) {
 	a.goFunc(a.allocs.run)
 	a.goFunc(a.statuses.run)
 	a.goFunc(a.usageLoop)
+	a.goFunc(a.pluginSocketLoop)
 	a.logger.Info("client agent started", "name", cfg.NodeName, "plugins", len(cfg.Plugins), "node_lease", cfg.NodeLease)
 	return a, nil
 }

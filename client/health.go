@@ -18,7 +18,9 @@ type PluginHealth struct {
 }
 
 // Health reports the agent's health now. Safe for concurrent use; it
-// makes no calls (the heartbeat loop and the plugin prober keep it fresh).
+// makes no calls (the heartbeat loop and the plugin prober keep it fresh;
+// a plugin's socket going or coming back triggers a probe at once,
+// plugin_sockets.go).
 func (a *Agent) Health() Health {
 	h := Health{ServerSession: a.heartbeatOK.Load() && a.conn.live(), Plugins: map[string]PluginHealth{}}
 	for _, fp := range a.plugins.Fingerprints() {
