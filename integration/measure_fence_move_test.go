@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/integration/harness"
-	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
 )
 
@@ -132,12 +131,7 @@ func fenceMoveOnce(t *testing.T, lease time.Duration) fenceMove {
 	}
 	// The last acknowledged heartbeat, from the lease file (see
 	// testFenceBound): read after the fence, no renewal can follow.
-	f, err := leasefile.Read(leasefile.Path(w1.DataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nowWall, nowBoot := time.Now(), leasefile.Now()
-	lastAck := nowWall.Add(-time.Duration(nowBoot - (f.Deadline - int64(structs.FenceDeadline(lease)))))
+	lastAck := lastAcknowledgedHeartbeat(t, w1.DataDir, lease)
 	from, by := lastAck, "last ack"
 	if elected.After(cut) && elected.After(lastAck) {
 		from, by = elected, fmt.Sprintf("election %s after the last ack", elected.Sub(lastAck).Round(time.Millisecond))

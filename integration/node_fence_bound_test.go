@@ -77,15 +77,8 @@ func testFenceBound(t *testing.T, lease time.Duration) {
 	case <-time.After(lease + 10*time.Second):
 		t.Fatal("writer exp: killed by the fence command got: still running")
 	}
-	// The last acknowledged heartbeat: the agent anchors its deadline at
-	// that heartbeat's send, on CLOCK_BOOTTIME; converted to wall time
-	// here (one machine). Read after the fence: no renewal can follow.
-	f, err := leasefile.Read(leasefile.Path(w1.DataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nowWall, nowBoot := time.Now(), leasefile.Now()
-	lastAck := nowWall.Add(-time.Duration(nowBoot - (f.Deadline - int64(structs.FenceDeadline(lease)))))
+	// Read after the fence: no renewal can follow.
+	lastAck := lastAcknowledgedHeartbeat(t, w1.DataDir, lease)
 	if lastAck.After(cut) {
 		t.Fatalf("last acknowledged heartbeat exp: sent before the cut %s got: %s", cut, lastAck)
 	}
@@ -272,4 +265,17 @@ func TestNodeFence_ALiveNodeWhoseUnmountFailsIsNeverFenced(t *testing.T) {
 	if unpub.IsZero() || ctrl.IsZero() || !unpub.Before(ctrl) {
 		t.Fatalf("order exp: w1 NodeUnpublish ok < ControllerUnpublish got: %s, %s", unpub, ctrl)
 	}
+}
+
+// lastAcknowledgedHeartbeat is when the node's last acknowledged heartbeat
+// was sent, from its lease file: the agent anchors its deadline at that
+// send on CLOCK_BOOTTIME; converted to wall time here (one machine).
+func lastAcknowledgedHeartbeat(t *testing.T, dataDir string, lease time.Duration) time.Time {
+	t.Helper()
+	f, err := leasefile.Read(leasefile.Path(dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowWall, nowBoot := time.Now(), leasefile.Now()
+	return nowWall.Add(-time.Duration(nowBoot - (f.Deadline - int64(structs.FenceDeadline(lease)))))
 }
