@@ -105,6 +105,17 @@ seconds_of() { # 10s, 1.5s, 500ms -> seconds
 DURATION_S=$(seconds_of "$DURATION")
 WARMUP_S=$(seconds_of "$WARMUP")
 
+# executable NAME VAR: the absolute path of the program NAME (a path, or a
+# name looked up on PATH); exits naming VAR when there is none.
+executable() {
+	local p
+	if ! p=$(command -v "$1"); then
+		log "$2=$1: no such executable"
+		exit 2
+	fi
+	realpath "$p"
+}
+
 # What the run needs: an etcd server and etcdctl (Debian's packages by
 # default; a given binary; or a release built from the module proxy) and
 # etcd's benchmark tool.
@@ -116,11 +127,12 @@ if [[ -n "${ETCD_BUILD:-}" ]]; then
 	build_etcd_server "$ETCD_BUILD"
 	ETCD_SOURCE="built from the Go module proxy at $ETCD_BUILD (go.etcd.io/etcd/server/v3)"
 elif [[ -n "${ETCD_SERVER:-}" ]]; then
-	ETCD_SERVER=$(realpath "$ETCD_SERVER")
+	ETCD_SERVER=$(executable "$ETCD_SERVER" ETCD_SERVER)
 	ETCD_SOURCE="the server binary $ETCD_SERVER"
 else
 	ETCD_SOURCE="Debian's etcd-server"
 fi
+if [[ -n "${ETCDCTL:-}" ]]; then ETCDCTL=$(executable "$ETCDCTL" ETCDCTL); fi
 if [[ -z "${ETCDCTL:-}" && -n "${ETCD_SERVER:-}" && -x "$(dirname "$ETCD_SERVER")/etcdctl" ]]; then
 	ETCDCTL="$(dirname "$ETCD_SERVER")/etcdctl"
 fi
@@ -144,7 +156,7 @@ if [[ -z "${ETCD_BENCHMARK:-}" ]]; then build_etcd_benchmark "$ETCD_BENCHMARK_VE
 
 LOAD_START=$(loadavg)
 if [[ -n "${CLAIMD_BIN:-}" ]]; then
-	CLAIMD=$(realpath "$CLAIMD_BIN")
+	CLAIMD=$(executable "$CLAIMD_BIN" CLAIMD_BIN)
 	log "claimd: the binary $CLAIMD"
 else
 	build_claimd
