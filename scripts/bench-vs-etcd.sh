@@ -486,7 +486,7 @@ SECTION="$TMP/section.md"
 # How the section names the etcd under test and the command's extra
 # settings (a path on this machine means nothing to a reader: the
 # section says "a given binary" and shows the variable).
-CMD_ETCD= CMD_CLAIMD=
+CMD_ETCD='' CMD_CLAIMD=''
 if [[ -n "${ETCD_BUILD:-}" ]]; then
 	ETCD_SOURCE_DOC="built from the Go module proxy at $ETCD_BUILD"
 	CMD_ETCD="ETCD_BUILD=$ETCD_BUILD "

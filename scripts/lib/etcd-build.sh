@@ -21,9 +21,12 @@ go_proxy_build() {
 	shift
 	builds=("$@")
 	mkdir -p "$dir"
-	local buildlog="$TMP/build-$(basename "$dir").log"
+	local buildlog
+	buildlog="$TMP/build-$(basename "$dir").log"
+	# Each step ends the subshell on failure: set -e does not apply inside
+	# a command whose status is tested (the || below).
 	(
-		cd "$dir"
+		cd "$dir" || exit 1
 		printf 'module claimdbenchetcd\n\ngo 1.24\n' >go.mod
 		{
 			printf '//go:build tools\n\npackage tools\n\nimport (\n'
@@ -31,9 +34,8 @@ go_proxy_build() {
 			for b in "${builds[@]}"; do printf '\t_ "%s"\n' "${b#*=}"; done
 			printf ')\n'
 		} >tools.go
-		GOFLAGS=-mod=mod go get "${mods[@]}"
-		local b
-		for b in "${builds[@]}"; do GOFLAGS=-mod=mod go build -o "${b%%=*}" "${b#*=}"; done
+		GOFLAGS=-mod=mod go get "${mods[@]}" || exit 1
+		for b in "${builds[@]}"; do GOFLAGS=-mod=mod go build -o "${b%%=*}" "${b#*=}" || exit 1; done
 	) >"$buildlog" 2>&1 || {
 		log "building in $dir failed:"
 		tail -n 20 "$buildlog" >&2
@@ -49,6 +51,7 @@ build_etcd_benchmark() {
 		log "building etcd's benchmark tool $version into $dir"
 		go_proxy_build "$dir" "go.etcd.io/etcd/v3/tools/benchmark@$version" -- benchmark=go.etcd.io/etcd/v3/tools/benchmark
 	fi
+	# shellcheck disable=SC2034 # for the script that sources this file
 	ETCD_BENCHMARK="$dir/benchmark"
 }
 
@@ -67,5 +70,6 @@ build_etcd_server() {
 		go_proxy_build "$dir" "go.etcd.io/etcd/server/v3@$version" "go.etcd.io/etcd/etcdctl/v3@$version" -- \
 			etcd=go.etcd.io/etcd/server/v3 etcdctl=go.etcd.io/etcd/etcdctl/v3
 	fi
+	# shellcheck disable=SC2034 # for the script that sources this file
 	ETCD_SERVER="$dir/etcd" ETCDCTL="$dir/etcdctl"
 }
