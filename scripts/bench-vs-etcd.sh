@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 20: claimd against etcd, in one run on one machine. Three etcd
-# members on loopback (Debian's etcd-server, default settings: fsync on,
-# each its own temporary data directory), then three claimd servers the
+# members on loopback (by default Debian's etcd-server, installed with apt
+# when missing; or a given binary, or one built at a given release: see
+# ETCD_SERVER and ETCD_BUILD below; default settings: fsync on, each its
+# own temporary data directory), then three claimd servers the
 # way scripts/bench.sh starts them (never both at once); at 1 and 64
 # callers, to the leader and to a follower, each for the same warmup and
 # measured time. etcd is driven by etcd's own benchmark tool (`benchmark
@@ -35,6 +37,20 @@
 #   ETCD_BENCHMARK_VERSION=v3.5.17   etcd's tools/benchmark (a 3.5 client
 #                   speaks the v3 API of Debian's 3.4 server)
 #   ETCD_BENCHMARK=path   use this benchmark binary instead of building it
+#   ETCD_SERVER=path   the etcd server binary the members run (default:
+#                  `etcd` on PATH, Debian's etcd-server, installed with
+#                  apt-get when missing)
+#   ETCDCTL=path   the etcdctl that checks health and finds the leader
+#                  (default: the etcdctl beside ETCD_SERVER, else `etcdctl`
+#                  on PATH)
+#   ETCD_BUILD=v3.7.1   instead of ETCD_SERVER: build etcd and etcdctl of
+#                  that release from the Go module proxy (modules
+#                  go.etcd.io/etcd/server/v3 and go.etcd.io/etcd/etcdctl/v3
+#                  at that version) into
+#                  ${XDG_CACHE_HOME:-~/.cache}/claimd-bench/etcd-VERSION,
+#                  once, never into this repository (scripts/lib/etcd-build.sh)
+#   CLAIMD_BIN=path   the claimd binary for servers and load generator
+#                  (default: built from this tree); e.g. a test build
 #   SECURE=0       1: each round also runs both systems secured at
 #                  SECURE_CALLERS (64) callers to the leader (rows
 #                  "leader/tls+auth"): claimd with mutual TLS and ACLs (the
@@ -66,6 +82,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/claimd-vs-etcd.XXXXXX")
 LOG_NAME=bench-vs-etcd.sh
 # shellcheck source=scripts/lib/cluster.sh
 . scripts/lib/cluster.sh
+# shellcheck source=scripts/lib/etcd-build.sh
+. scripts/lib/etcd-build.sh
 ETCD_PIDS=()
 cleanup_extra() {
 	if ((${#ETCD_PIDS[@]})); then stop_pids "${ETCD_PIDS[@]}"; fi
@@ -87,12 +105,44 @@ seconds_of() { # 10s, 1.5s, 500ms -> seconds
 DURATION_S=$(seconds_of "$DURATION")
 WARMUP_S=$(seconds_of "$WARMUP")
 
-# What the run needs: etcd (Debian's packages) and etcd's benchmark tool.
-if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+# executable NAME VAR: the absolute path of the program NAME (a path, or a
+# name looked up on PATH); exits naming VAR when there is none.
+executable() {
+	local p
+	if ! p=$(command -v "$1"); then
+		log "$2=$1: no such executable"
+		exit 2
+	fi
+	realpath "$p"
+}
+
+# What the run needs: an etcd server and etcdctl (Debian's packages by
+# default; a given binary; or a release built from the module proxy) and
+# etcd's benchmark tool.
+if [[ -n "${ETCD_BUILD:-}" && -n "${ETCD_SERVER:-}" ]]; then
+	log "ETCD_BUILD and ETCD_SERVER: give one of them"
+	exit 2
+fi
+if [[ -n "${ETCD_BUILD:-}" ]]; then
+	build_etcd_server "$ETCD_BUILD"
+	ETCD_SOURCE="built from the Go module proxy at $ETCD_BUILD (go.etcd.io/etcd/server/v3)"
+elif [[ -n "${ETCD_SERVER:-}" ]]; then
+	ETCD_SERVER=$(executable "$ETCD_SERVER" ETCD_SERVER)
+	ETCD_SOURCE="the server binary $ETCD_SERVER"
+else
+	ETCD_SOURCE="Debian's etcd-server"
+fi
+if [[ -n "${ETCDCTL:-}" ]]; then ETCDCTL=$(executable "$ETCDCTL" ETCDCTL); fi
+if [[ -z "${ETCDCTL:-}" && -n "${ETCD_SERVER:-}" && -x "$(dirname "$ETCD_SERVER")/etcdctl" ]]; then
+	ETCDCTL="$(dirname "$ETCD_SERVER")/etcdctl"
+fi
+if { [[ -z "${ETCD_SERVER:-}" ]] && ! command -v etcd >/dev/null; } || { [[ -z "${ETCDCTL:-}" ]] && ! command -v etcdctl >/dev/null; }; then
 	log "installing Debian's etcd-server and etcd-client"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null
 fi
+ETCD_SERVER=${ETCD_SERVER:-$(command -v etcd)}
+ETCDCTL=${ETCDCTL:-$(command -v etcdctl)}
 if [[ "$SECURE" == 1 ]] && ! command -v openssl >/dev/null; then
 	log "installing openssl (reads the client certificate's CN for etcd's auth)"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
@@ -100,32 +150,17 @@ fi
 if pgrep -x etcd >/dev/null; then
 	log "warning: an etcd not started by this script is running (pids $(pgrep -x etcd | tr '\n' ' ')): it shares the machine"
 fi
-ETCD_VERSION=$(etcd --version 2>/dev/null | awk '/etcd Version/ { print $3 }')
-if [[ -z "${ETCD_BENCHMARK:-}" ]]; then
-	cache="${XDG_CACHE_HOME:-$HOME/.cache}/claimd-bench/etcd-benchmark-$ETCD_BENCHMARK_VERSION"
-	ETCD_BENCHMARK="$cache/benchmark"
-	if [[ ! -x "$ETCD_BENCHMARK" ]]; then
-		log "building etcd's benchmark tool $ETCD_BENCHMARK_VERSION into $cache"
-		mkdir -p "$cache"
-		# A throwaway module that requires etcd's: its replace directives
-		# do not apply to a dependency, so the published submodule versions
-		# are used.
-		(
-			cd "$cache"
-			printf 'module claimdbenchetcd\n\ngo 1.24\n' >go.mod
-			printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/v3/tools/benchmark"\n' >tools.go
-			GOFLAGS=-mod=mod go get "go.etcd.io/etcd/v3/tools/benchmark@$ETCD_BENCHMARK_VERSION"
-			GOFLAGS=-mod=mod go build -o benchmark go.etcd.io/etcd/v3/tools/benchmark
-		) >"$TMP/etcd-benchmark-build.log" 2>&1 || {
-			log "building etcd's benchmark tool failed:"
-			tail -n 20 "$TMP/etcd-benchmark-build.log" >&2
-			exit 1
-		}
-	fi
-fi
+ETCD_VERSION=$("$ETCD_SERVER" --version 2>/dev/null | awk '/etcd Version/ { print $3 }')
+log "etcd $ETCD_VERSION: $ETCD_SOURCE ($ETCD_SERVER); etcdctl $ETCDCTL"
+if [[ -z "${ETCD_BENCHMARK:-}" ]]; then build_etcd_benchmark "$ETCD_BENCHMARK_VERSION"; fi
 
 LOAD_START=$(loadavg)
-build_claimd
+if [[ -n "${CLAIMD_BIN:-}" ]]; then
+	CLAIMD=$(executable "$CLAIMD_BIN" CLAIMD_BIN)
+	log "claimd: the binary $CLAIMD"
+else
+	build_claimd
+fi
 machine_facts
 ETCDCTL_TLS=() BENCH_TLS=()
 if [[ "$SECURE" == 1 ]]; then
@@ -160,7 +195,7 @@ start_etcd() {
 	log "starting three etcd members, clients on ${clients[*]} (data under $dir)"
 	ETCD_PIDS=()
 	for i in 0 1 2; do
-		etcd --name "e$((i + 1))" --data-dir "$dir/e$((i + 1))" \
+		"$ETCD_SERVER" --name "e$((i + 1))" --data-dir "$dir/e$((i + 1))" \
 			--listen-client-urls "${clients[$i]}" --advertise-client-urls "${clients[$i]}" \
 			--listen-peer-urls "${peers[$i]}" --initial-advertise-peer-urls "${peers[$i]}" \
 			--initial-cluster "$initial" --initial-cluster-state new \
@@ -169,7 +204,7 @@ start_etcd() {
 	done
 	local eps
 	eps=$(IFS=,; echo "${clients[*]}")
-	wait_until "etcd not healthy" "$dir/e*.log" etcdctl "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 2s endpoint health
+	wait_until "etcd not healthy" "$dir/e*.log" "$ETCDCTL" "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 2s endpoint health
 	if [[ -n "$secure" ]]; then etcd_auth "$eps" "$dir"; fi
 }
 
@@ -181,7 +216,7 @@ start_etcd() {
 etcd_auth() {
 	local eps=$1 dir=$2 cn
 	cn=$(openssl x509 -in "$CLIENT_CERT" -noout -subject -nameopt multiline | awk -F'= ' '/commonName/ { print $2 }')
-	local ctl=(etcdctl "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 5s)
+	local ctl=("$ETCDCTL" "${CTL_TLS[@]}" --endpoints "$eps" --command-timeout 5s)
 	{
 		head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | "${ctl[@]}" user add root --interactive=false &&
 			"${ctl[@]}" user grant-role root root &&
@@ -203,8 +238,23 @@ etcd_target() {
 	if [[ "$1" == follower ]]; then want=false; fi
 	local eps
 	eps=$(IFS=,; echo "${ETCD_ENDPOINTS[*]}")
-	# Simple output: endpoint, ID, version, db size, is leader, ...
-	etcdctl "${CTL_TLS[@]}" --endpoints "$eps" endpoint status | awk -F', ' -v want="$want" '$5 == want { print $1; exit }'
+	# The "fields" output names every value ("MemberID" : N, "Leader" : N,
+	# "Endpoint" : "URL"), one member per paragraph: the simple output's
+	# columns differ between releases (3.6 added a storage version and
+	# more) and the table's borders too. The IDs are compared as strings
+	# (64-bit numbers lose their low bits as awk's doubles).
+	"$ETCDCTL" "${CTL_TLS[@]}" --endpoints "$eps" -w fields endpoint status | awk -v RS= -F'\n' -v want="$want" '
+		{
+			id = leader = ep = ""
+			for (i = 1; i <= NF; i++) {
+				split($i, kv, /" : /)
+				if (kv[1] == "\"MemberID") id = kv[2]
+				if (kv[1] == "\"Leader") leader = kv[2]
+				if (kv[1] == "\"Endpoint") { ep = kv[2]; gsub(/"/, "", ep) }
+			}
+			if (id != "" && (((id "") == (leader "")) ? "true" : "false") == want) { print ep; exit }
+		}
+	'
 }
 
 # etcd_cpu_ticks: user+system ticks used so far by the etcd members.
@@ -433,11 +483,25 @@ echo
 echo "$TABLE"
 
 SECTION="$TMP/section.md"
+# How the section names the etcd under test and the command's extra
+# settings (a path on this machine means nothing to a reader: the
+# section says "a given binary" and shows the variable).
+CMD_ETCD='' CMD_CLAIMD=''
+if [[ -n "${ETCD_BUILD:-}" ]]; then
+	ETCD_SOURCE_DOC="built from the Go module proxy at $ETCD_BUILD"
+	CMD_ETCD="ETCD_BUILD=$ETCD_BUILD "
+elif [[ "$ETCD_SOURCE" == "Debian's etcd-server" ]]; then
+	ETCD_SOURCE_DOC=$ETCD_SOURCE
+else
+	ETCD_SOURCE_DOC="a given etcd binary"
+	CMD_ETCD="ETCD_SERVER=... "
+fi
+if [[ -n "${CLAIMD_BIN:-}" ]]; then CMD_CLAIMD="CLAIMD_BIN=... "; fi
 {
 	echo "## Against etcd"
 	echo
 	echo "Written by \`scripts/bench-vs-etcd.sh\`: in one run on one machine, three etcd"
-	echo "$ETCD_VERSION members (Debian's etcd-server, default settings: fsync on, each"
+	echo "$ETCD_VERSION members ($ETCD_SOURCE_DOC, default settings: fsync on, each"
 	echo "its own data directory on the same disk) and three \`claimd agent -server\`"
 	echo "processes (production Raft timings, fsync on, the default log store),"
 	echo "never both at once, each run on a fresh cluster on loopback, rounds"
@@ -467,7 +531,7 @@ SECTION="$TMP/section.md"
 	echo
 	echo "- machine: $(nproc) cores ($CPU), $MEM memory, Linux $(uname -r)"
 	echo "- commit: $COMMIT, $(date -u +%Y-%m-%d)"
-	echo "- command: \`DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS TARGETS=$TARGETS REPEAT=$REPEAT VOLUMES=$VOLUMES SECURE=$SECURE scripts/bench-vs-etcd.sh\`"
+	echo "- command: \`${CMD_ETCD}${CMD_CLAIMD}DURATION=$DURATION WARMUP=$WARMUP CALLERS=$CALLERS TARGETS=$TARGETS REPEAT=$REPEAT VOLUMES=$VOLUMES SECURE=$SECURE scripts/bench-vs-etcd.sh\`"
 	echo "- load average (1, 5, 15 min) at the start: $LOAD_START; at the end: $LOAD_END"
 	echo
 	echo "$TABLE"
