@@ -150,3 +150,39 @@ func TestControllerCallLimit_SmallestAdmittedSettingWins(t *testing.T) {
 		t.Errorf("limit without controllers exp: 1 got: %d", got)
 	}
 }
+
+// Two detaches of one volume (its claims on two nodes) never overlap, even
+// under a limit that lets other volumes' run together.
+func TestPluginLocks_OneCallPerVolumeAtATime(t *testing.T) {
+	var p pluginLocks
+	first := p.lock("p", "v1", 4)
+	other := p.lock("p", "v2", 4) // another volume: not held back
+	second := make(chan func())
+	go func() { second <- p.lock("p", "v1", 4) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, waiting := p.counts("p"); waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("second detach of v1 exp: waiting got: not waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-second:
+		t.Fatal("second detach of v1 exp: held until the first ends got: ran")
+	default:
+	}
+	first()
+	select {
+	case unlock := <-second:
+		unlock()
+	case <-time.After(10 * time.Second):
+		t.Fatal("second detach of v1 exp: runs once the first ended got: still waiting")
+	}
+	other()
+	if inFlight, waiting := p.counts("p"); inFlight != 0 || waiting != 0 {
+		t.Fatalf("after every call ended exp: 0 in flight, 0 waiting got: %d, %d", inFlight, waiting)
+	}
+}

@@ -58,41 +58,46 @@ func (a *Locks) waiters(volumeID, nodeID string) int {
 // pluginLocks bound destructive controller calls per plugin: at most the
 // plugin's limit (structs.Plugin.ControllerCallLimit, one unless its
 // controllers' operators said more) of its ControllerUnpublish calls run at
-// once from this server. One at a time is the safe default (decision 9):
-// many back ends do not tolerate concurrent attach changes; a plugin that
-// does would otherwise pay one round trip per volume when many change
-// hands at once (decision 57).
+// once from this server, and never two of one volume (the CSI spec has the
+// CO send one call per volume at a time; the (volume, node) locks alone
+// would let a volume's detaches from two nodes overlap). One at a time is
+// the safe default (decision 9): many back ends do not tolerate concurrent
+// attach changes; a plugin that does would otherwise pay one round trip per
+// volume when many change hands at once (decision 57).
 type pluginLocks struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	inFlight map[string]int
-	waiting  map[string]int // calls waiting for a place, for tests
+	volumes  map[string]bool // volumes with a call in flight
+	waiting  map[string]int  // calls waiting for a place, for tests
 }
 
-// lock waits until fewer than limit calls of the plugin run, and takes a
-// place. The limit is read per call: a lower one takes effect as the
-// calls above it end.
-func (p *pluginLocks) lock(pluginID string, limit int) func() {
+// lock waits until fewer than limit calls of the plugin run and none of
+// the volume, and takes a place. The limit is read per call: a lower one
+// takes effect as the calls above it end.
+func (p *pluginLocks) lock(pluginID, volumeID string, limit int) func() {
 	limit = max(limit, 1)
 	p.mu.Lock()
 	if p.cond == nil {
 		p.cond = sync.NewCond(&p.mu)
-		p.inFlight, p.waiting = map[string]int{}, map[string]int{}
+		p.inFlight, p.volumes, p.waiting = map[string]int{}, map[string]bool{}, map[string]int{}
 	}
 	p.waiting[pluginID]++
-	for p.inFlight[pluginID] >= limit {
+	for p.inFlight[pluginID] >= limit || p.volumes[volumeID] {
 		p.cond.Wait()
 	}
 	if p.waiting[pluginID]--; p.waiting[pluginID] == 0 {
 		delete(p.waiting, pluginID)
 	}
 	p.inFlight[pluginID]++
+	p.volumes[volumeID] = true
 	p.mu.Unlock()
 	return func() {
 		p.mu.Lock()
 		if p.inFlight[pluginID]--; p.inFlight[pluginID] == 0 {
 			delete(p.inFlight, pluginID)
 		}
+		delete(p.volumes, volumeID)
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}

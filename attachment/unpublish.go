@@ -42,7 +42,7 @@ func (m *Manager) Unpublish(g *leaderlease.Grant, vol *structs.Volume, c *struct
 	}
 	unlockAttach := m.locks.Lock(vol.ID, c.NodeID)
 	defer unlockAttach()
-	unlockPlugin := m.plugins.lock(vol.PluginID, m.controllerCallLimit(vol.PluginID))
+	unlockPlugin := m.plugins.lock(vol.PluginID, vol.ID, m.controllerCallLimit(vol.PluginID))
 	defer unlockPlugin()
 	fresh, err := m.state.State().VolumeByID(nil, vol.ID)
 	if err != nil {
@@ -113,7 +113,7 @@ func (m *Manager) DetachOrphan(vol *structs.Volume, nodeID, externalNodeID strin
 	}
 	unlockAttach := m.locks.Lock(vol.ID, lockNode)
 	defer unlockAttach()
-	unlockPlugin := m.plugins.lock(vol.PluginID, m.controllerCallLimit(vol.PluginID))
+	unlockPlugin := m.plugins.lock(vol.PluginID, vol.ID, m.controllerCallLimit(vol.PluginID))
 	defer unlockPlugin()
 	fresh, err := m.state.State().VolumeByID(nil, vol.ID)
 	if err != nil {
