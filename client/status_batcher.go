@@ -8,12 +8,12 @@ import (
 )
 
 // Allocation status reports are batched: when many allocations change at
-// once (a job of 1,000 stopped together) one Node.UpdateAlloc carries them
-// all, so the servers commit one entry instead of a thousand.
-const (
-	statusBatchWindow = 20 * time.Millisecond
-	statusBatchMax    = 512
-)
+// once (a job of 1,000 stopped together) one Node.UpdateAlloc carries many,
+// so the servers commit a few entries instead of a thousand. The batch is
+// what queued while the previous call was in flight (one call at a time),
+// not a timer's worth: a lone report goes at once, since every handoff
+// waits for two of them (the old holder's end, the new holder running).
+const statusBatchMax = 512
 
 type statusReport struct {
 	update *structs.AllocClientUpdate
@@ -54,20 +54,15 @@ func (b *statusBatcher) run() {
 		case <-b.a.ctx.Done():
 			return
 		}
-		window := time.NewTimer(statusBatchWindow)
 	gather:
 		for len(batch) < statusBatchMax {
 			select {
 			case r := <-b.queue:
 				batch = append(batch, r)
-			case <-window.C:
+			default:
 				break gather
-			case <-b.a.ctx.Done():
-				window.Stop()
-				return
 			}
 		}
-		window.Stop()
 		args := &structs.AllocClientUpdateRequest{NodeID: b.a.ident.ID}
 		for _, r := range batch {
 			args.Allocs = append(args.Allocs, r.update)
