@@ -318,6 +318,10 @@ func (r *allocRunner) mountHeld(ctx context.Context, mm *csi.MountManager, vol *
 	held := &heldClaim{AllocID: allocID, VolumeID: vol.ID, PluginID: vol.PluginID, ExternalID: vol.ExternalID,
 		ReadOnly: readOnly, AccessMode: vol.AccessMode, AttachmentMode: vol.AttachmentMode,
 		MountOptions: vol.MountOptions, NodeLost: policy}
+	// The mount path is known before the mount: one write records the
+	// claim with it (a write per mount step showed in the handoff of many
+	// volumes at once).
+	held.MountPath = mm.TargetPath(vol.ID, allocID, held.usage())
 	if err := r.a.held.add(held); err != nil {
 		return err
 	}
@@ -325,9 +329,11 @@ func (r *allocRunner) mountHeld(ctx context.Context, mm *csi.MountManager, vol *
 	if err != nil {
 		return err
 	}
-	held.MountPath = info.Source
-	if err := r.a.held.add(held); err != nil {
-		return err
+	if info.Source != held.MountPath {
+		held.MountPath = info.Source
+		if err := r.a.held.add(held); err != nil {
+			return err
+		}
 	}
 	if !r.a.fence.mountStillValid(gen) {
 		uctx, cancel := context.WithTimeout(r.a.ctx, callTimeout)

@@ -226,6 +226,13 @@ func (m *MountManager) Users(volID string) int {
 	return len(m.usages[volID])
 }
 
+// TargetPath is where MountVolume publishes the volume for the allocation
+// (MountInfo.Source): known before the mount, so a caller can record it
+// with the claim in one write.
+func (m *MountManager) TargetPath(volID, allocID string, u UsageOptions) string {
+	return PublishPath(m.cfg.Root, allocID, volID, u)
+}
+
 // record builds the usage record after checking that every ID is a safe
 // path element: they become directory names under Root.
 func (m *MountManager) record(volID, externalID, allocID string, u UsageOptions) (usageRecord, error) {
