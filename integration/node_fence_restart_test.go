@@ -91,26 +91,13 @@ func newRestartEnv(t *testing.T, hook func(e *restartEnv) string, extra ...strin
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
 	e.ctrlClient.AdmitControllers()
-	harness.WaitFor(t, applyWait, func() error {
-		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if p.NodesHealthy != 2 || p.ControllersHealthy != 1 {
-			return fmt.Errorf("plugin exp: 2 healthy nodes, 1 controller got: %+v", p)
-		}
-		return nil
-	})
+	waitHostdirHealthy(t, e.api, 2, 1)
 	return e
 }
 
 func (e *restartEnv) register(t *testing.T, id string, policy structs.NodeLostPolicy) {
 	t.Helper()
-	v := testVolume(id)
-	v.NodeLost = policy
-	if _, err := e.api.RegisterVolumes(harness.Ctx(t, 30*time.Second), v); err != nil {
-		t.Fatal(err)
-	}
+	registerWithPolicy(t, e.api, id, policy)
 }
 
 func (e *restartEnv) place(t *testing.T, allocID, nodeID, vol string) {

@@ -115,26 +115,13 @@ echo "cannot reach the workload of $CLAIMD_ALLOC_ID" >&2; exit 1`, e.hookLog)
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
 	e.ctrlClient.AdmitControllers()
-	harness.WaitFor(t, applyWait, func() error {
-		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if p.NodesHealthy != 2 || p.ControllersHealthy != 1 {
-			return fmt.Errorf("plugin exp: 2 healthy nodes, 1 controller got: %+v", p)
-		}
-		return nil
-	})
+	waitHostdirHealthy(t, e.api, 2, 1)
 	return e
 }
 
 func (e *fenceEnv) registerPolicy(t *testing.T, id string, policy structs.NodeLostPolicy) {
 	t.Helper()
-	v := testVolume(id)
-	v.NodeLost = policy
-	if _, err := e.api.RegisterVolumes(harness.Ctx(t, 30*time.Second), v); err != nil {
-		t.Fatal(err)
-	}
+	registerWithPolicy(t, e.api, id, policy)
 }
 
 // mountPath reads where the agent mounted a volume for an allocation

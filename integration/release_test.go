@@ -68,16 +68,7 @@ func newReleaseEnvOpts(t *testing.T, opts harness.Options, edit func(*harness.Te
 	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
 	e.ctrlClient.AdmitControllers()
-	harness.WaitFor(t, applyWait, func() error {
-		p, _, err := e.api.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if p.NodesHealthy != len(workers) || p.ControllersHealthy != 1 || !p.ControllerRequired {
-			return fmt.Errorf("plugin exp: %d healthy nodes, 1 healthy controller, controller required got: %+v", len(workers), p)
-		}
-		return nil
-	})
+	waitHostdirHealthy(t, e.api, len(workers), 1)
 	return e
 }
 

@@ -100,16 +100,7 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	w1.AdmitControllers()
 	w2 := a.StartClient("w2", serverAddrs(a), plug2.Config())
 	aAPI := a.Servers[0].Client()
-	harness.WaitFor(t, applyWait, func() error {
-		p, _, err := aAPI.Plugin(harness.Ctx(t, 10*time.Second), "hostdir", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if p.NodesHealthy != 2 || p.ControllersHealthy != 1 {
-			return fmt.Errorf("plugin exp: 2 healthy nodes, 1 controller got: %+v", p)
-		}
-		return nil
-	})
+	waitHostdirHealthy(t, aAPI, 2, 1)
 	plug1.SetControl(hostdir.Control{Fail: map[string]int{"NodeUnpublishVolume": 1 << 30}})
 	node1, node2 := w1.NodeID(), w2.NodeID()
 
