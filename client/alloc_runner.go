@@ -178,9 +178,11 @@ func (r *allocRunner) runAlloc(ctx context.Context, alloc *structs.Alloc) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			if r.stopRequested(ctx, alloc.ID) {
+			if r.stopRequested(ctx, alloc.ID) || ctx.Err() != nil {
 				// Stopped while we claimed (the claim was refused for
-				// that): no failure. The stop task reports it complete.
+				// that), or this task was cancelled while it asked (the
+				// stop's reconcile cancels it): no failure. The stop task
+				// reports it complete.
 				log.Info("allocation stopped while starting", "volume", req.VolumeID, "error", err)
 				return false
 			}

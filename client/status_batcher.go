@@ -31,6 +31,12 @@ func newStatusBatcher(a *Agent) *statusBatcher {
 
 // send queues one update and waits for the batch it joined to be written.
 func (b *statusBatcher) send(ctx context.Context, u *structs.AllocClientUpdate) error {
+	// A cancelled caller sends nothing: select picks at random among
+	// ready cases, and a report of a task cancelled by its allocation's
+	// stop must not overtake the stop's own report (reports go at once).
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r := statusReport{update: u, done: make(chan error, 1)}
 	select {
 	case b.queue <- r:
