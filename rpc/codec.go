@@ -208,12 +208,14 @@ type frameReader struct {
 	conn io.ReadWriteCloser
 	lim  RequestLimits
 	one  [1]byte // a request's first byte, read before r is taken
-	// refusal: the budget had no room for the read buffer. The header is
-	// then read without one, into small (no more than fits: a method
-	// name and a sequence number), so that net/rpc can answer it with
-	// refusal (it answers only a request whose header it has).
+	// refusal: the budget had no room for the read buffer, or for the
+	// request buffer while the header was read. The header is then read
+	// into small (no more than fits: a method name and a sequence
+	// number), so that net/rpc can answer it with refusal (it answers
+	// only a request whose header it has).
 	refusal error
 	small   [128]byte
+	header  bool // the value being read is the request's header
 
 	buf      []byte
 	charged  int64 // bytes of buf's capacity charged to lim.Budget
@@ -227,6 +229,7 @@ type frameReader struct {
 // request; EOF there is the peer closing between requests).
 func (f *frameReader) readValue(first bool) ([]byte, error) {
 	f.buf = f.buf[:0]
+	f.header = first
 	// Values still to read; every value takes at least one byte, so a
 	// count beyond the bytes left is too large at once.
 	pending := uint64(1)
@@ -417,6 +420,20 @@ func (f *frameReader) grow() error {
 	}
 	newCap = min(newCap, max(f.lim.MaxBytes, minFrameBuffer))
 	if err := f.charge(newCap-f.charged, &f.charged); err != nil {
+		if f.header && len(f.buf) < len(f.small) {
+			// Refused while the header is read (the read buffer was
+			// charged, the request buffer finds no room): go on into
+			// small, so that the refusal is answered. Unanswered, the
+			// stream would end in a bare EOF (CI: the partial-request
+			// flood's several-sessions run).
+			f.refusal = err
+			f.buf = append(f.small[:0], f.buf...)
+			if f.charged > 0 {
+				f.lim.Budget.give(f.charged)
+				f.charged = 0
+			}
+			return nil
+		}
 		return err
 	}
 	nb := make([]byte, len(f.buf), newCap)

@@ -375,6 +375,36 @@ func TestBudget_SmallPartialRequestsAreCharged(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, usedIs(server, 0))
 }
 
+// A request whose read buffer fits the budget but whose request buffer
+// does not is refused while its header is read: the refusal is still
+// answered, naming the budget, and everything it was charged is given
+// back. Before, such a stream ended in a bare EOF (CI, the partial-request
+// flood over several sessions: one stream per session caught the budget
+// with room for the read buffer only).
+func TestBudget_RefusedWhileTheHeaderIsReadIsAnswered(t *testing.T) {
+	session := NewBudget("session", readBufferBytes+minFrameBuffer/2, nil)
+	ls := serveLimited(t, 16, func() RequestLimits {
+		return RequestLimits{MaxBytes: 1 << 20, ReadTimeout: time.Minute, Budget: session}
+	})
+	s, err := rawSession(t, ls.addr).OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, s, echoStart(t, "Echo.Echo", 4000))
+	_ = s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, _, err := readReply(s)
+	if err != nil {
+		t.Fatalf("request refused in its header exp: an answer got: %v", err)
+	}
+	if perr := structs.ParseError(netrpc.ServerError(resp.Error)); !errors.Is(perr, structs.ErrUnavailable) || !strings.Contains(resp.Error, "rpc.SessionBudgetBytes") || !streamEnded(resp.Error) {
+		t.Fatalf("request refused in its header exp: unavailable naming rpc.SessionBudgetBytes, stream closed got: %q", resp.Error)
+	}
+	testutil.WaitFor(t, 5*time.Second, usedIs(session, 0))
+	if n := ls.refused.Load(); n != 1 {
+		t.Fatalf("refusals reported exp: 1 got: %d", n)
+	}
+}
+
 // An idle stream holds no buffer and no budget: its read buffer is given
 // back once a request has been read.
 func TestBudget_IdleStreamHoldsNothing(t *testing.T) {
