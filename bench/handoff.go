@@ -76,6 +76,9 @@ func runHandoff(ctx context.Context, c *cluster, cfg *Config, emit func(*Result)
 		}
 		res := &Result{Mode: ModeHandoff, Target: node, Volumes: len(vols), Callers: 1, Started: time.Now(), Errors: map[string]int64{}}
 		t0 := time.Now()
+		// The stop's time on this machine's clock, for lining the round up
+		// with an agent's log (where the handoff's time goes).
+		fmt.Fprintf(cfg.Progress, "handoff round %d: holders stopped at %s\n", round, t0.UTC().Format(time.RFC3339Nano))
 		if _, err := c.admin.StopAllocs(ctx, last...); err != nil {
 			return fmt.Errorf("stop holders: %w", err)
 		}

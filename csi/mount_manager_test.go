@@ -101,12 +101,30 @@ func TestMountManagerStagesOncePerNode(t *testing.T) {
 	}
 	expectMethods(t, tp, "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume",
 		"NodeUnpublishVolume", "NodeUnstageVolume", "NodeUnpublishVolume", "NodeUnstageVolume")
-	for _, gone := range []string{filepath.Join(root, "per-alloc", "alloc-a"), filepath.Join(root, "per-alloc", "alloc-b"),
-		filepath.Join(root, "staging", "hostdir", vol.ID)} {
+	for _, gone := range []string{filepath.Join(root, "per-alloc", "alloc-a"), filepath.Join(root, "per-alloc", "alloc-b")} {
 		if _, err := os.Lstat(gone); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("exp: %s removed got: %v", gone, err)
 		}
 	}
+	// The staging directory stays for the volume's next mount here, empty:
+	// the plugin unstaged it.
+	staging := StagingPath(root, "hostdir", vol.ID, usageOf(vol, false))
+	if ents, err := os.ReadDir(staging); err != nil || len(ents) != 0 {
+		t.Errorf("exp: %s kept empty got: %v %v", staging, ents, err)
+	}
+	if mounted, err := isMountPointForTest(staging); err != nil || mounted {
+		t.Errorf("exp: %s not a mount point got: %v %v", staging, mounted, err)
+	}
+	// And the next mount of the volume stages it there again.
+	if _, err := m.MountVolume(ctx, vol, "alloc-c", false, nil); err != nil {
+		t.Fatalf("exp: mount again ok got: %v", err)
+	}
+	if err := m.UnmountVolume(ctx, vol.ID, vol.ExternalID, "alloc-c", usageOf(vol, false)); err != nil {
+		t.Fatalf("exp: unmount again ok got: %v", err)
+	}
+	expectMethods(t, tp, "NodeStageVolume", "NodePublishVolume", "NodePublishVolume", "NodeUnpublishVolume",
+		"NodeUnpublishVolume", "NodeUnstageVolume", "NodeUnpublishVolume", "NodeUnstageVolume",
+		"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume")
 }
 
 // TestMountManagerUsageSurvivesRestart: a new manager on the same root (an
