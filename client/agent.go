@@ -353,9 +353,20 @@ func (a *Agent) mountManager(pluginID string) (*csi.MountManager, error) {
 		return nil, structs.NewError(structs.CodeUnavailable, fmt.Sprintf("node plugin %q is not healthy: %s", pluginID, fp.HealthDescription))
 	}
 	client, _ := a.plugins.Client(pluginID)
+	// The held-claims record is the usage record: a claim is on it
+	// (synced) before its volume is mounted and leaves it only once the
+	// volume is unmounted (mountHeld, NodeDetachVolume, the fence), which
+	// is what the manager's count of a staged volume's users needs.
+	var usages []csi.Usage
+	for _, c := range a.held.list() {
+		if c.PluginID == pluginID {
+			usages = append(usages, csi.Usage{VolumeID: c.VolumeID, ExternalID: c.ExternalID, AllocID: c.AllocID, Options: c.usage()})
+		}
+	}
 	m, err := csi.NewMountManager(csi.MountManagerConfig{
 		Root: filepath.Join(a.absDataDir(), "csi"), PluginID: pluginID, Plugin: client,
 		RequiresStaging: fp.RequiresStaging, Logger: a.logger,
+		CallerRecordsUsage: true, Usages: usages,
 	})
 	if err != nil {
 		return nil, err

@@ -32,6 +32,23 @@ type MountManagerConfig struct {
 	// RequiresStaging is the plugin's STAGE_UNSTAGE_VOLUME capability.
 	RequiresStaging bool
 	Logger          hclog.Logger
+	// CallerRecordsUsage says that the caller keeps a durable record of
+	// every use of a volume itself, written before MountVolume and removed
+	// only after UnmountVolume succeeded (the client agent's held-claims
+	// record). The manager then writes no usage file of its own and
+	// starts from Usages: a file created and removed per mount is two
+	// inodes per volume changing hands (issue 41), and it said nothing the
+	// caller's record does not. Usage files an earlier version wrote are
+	// still read at start and removed with their use.
+	CallerRecordsUsage bool
+	Usages             []Usage
+}
+
+// Usage is one allocation's use of one volume, as the caller recorded it
+// (MountManagerConfig.Usages).
+type Usage struct {
+	VolumeID, ExternalID, AllocID string
+	Options                       UsageOptions
 }
 
 // MountInfo says where a mounted volume is.
@@ -88,6 +105,14 @@ func NewMountManager(cfg MountManagerConfig) (*MountManager, error) {
 	}
 	recs, err := loadUsages(cfg.Root, cfg.PluginID)
 	for _, r := range recs {
+		m.addUsageLocked(r)
+	}
+	for _, u := range cfg.Usages {
+		r, rerr := m.record(u.VolumeID, u.ExternalID, u.AllocID, u.Options)
+		if rerr != nil {
+			err = errors.Join(err, rerr)
+			continue
+		}
 		m.addUsageLocked(r)
 	}
 	if err != nil {
@@ -152,6 +177,13 @@ func (m *MountManager) MountVolume(ctx context.Context, vol *structs.Volume, all
 		}
 	}
 
+	if m.cfg.CallerRecordsUsage {
+		// The CO makes the target's parent (the CSI spec); the usage file,
+		// which lives there, made it otherwise.
+		if err := mkdirParent(rec.TargetPath); err != nil {
+			return nil, fmt.Errorf("create publish path: %w", err)
+		}
+	}
 	err = m.cfg.Plugin.NodePublishVolume(ctx, &NodePublishRequest{
 		VolumeID:       vol.ExternalID,
 		StagingPath:    info.StagingPath,
@@ -271,8 +303,10 @@ func (m *MountManager) takeUsage(r usageRecord) error {
 	if known {
 		return nil
 	}
-	if err := writeUsage(r); err != nil {
-		return err
+	if !m.cfg.CallerRecordsUsage {
+		if err := writeUsage(r); err != nil {
+			return err
+		}
 	}
 	m.mu.Lock()
 	m.addUsageLocked(r)

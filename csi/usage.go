@@ -70,6 +70,20 @@ func writeUsage(r usageRecord) error {
 	return nil
 }
 
+// mkdirParent makes the directory a target path goes in. The allocation's
+// directory is shared with its other volumes, whose UnmountVolume may
+// remove it when it looks empty, between the two levels' Mkdir: try again
+// then, as writeUsage does.
+func mkdirParent(targetPath string) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = os.MkdirAll(filepath.Dir(targetPath), 0o755); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
+}
+
 func removeUsage(targetPath string) error {
 	if err := os.Remove(usageFile(targetPath)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove usage record: %w", err)
