@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/claimd/claimd/csi"
 	"github.com/claimd/claimd/internal/coalesce"
@@ -56,9 +57,14 @@ type heldClaims struct {
 
 const heldClaimsFile = "held-claims.json"
 
+// fileLinger is how long a write of the held-claims record or the lease
+// file waits, when changes are arriving together, for more of them to
+// share it (coalesce.NewLinger): as long as the servers' batches wait.
+const fileLinger = time.Millisecond
+
 func loadHeldClaims(dir string) (*heldClaims, error) {
 	h := &heldClaims{path: filepath.Join(dir, heldClaimsFile), claims: map[string]*heldClaim{}}
-	h.file = coalesce.New(h.save)
+	h.file = coalesce.NewLinger(h.save, fileLinger)
 	b, err := os.ReadFile(h.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return h, nil

@@ -38,7 +38,7 @@ type leasePublisher struct {
 
 func newLeasePublisher(a *Agent) *leasePublisher {
 	p := &leasePublisher{a: a, path: leasefile.Path(a.cfg.DataDir), bootID: leasefile.BootID(), stopping: map[string]bool{}}
-	p.file = coalesce.New(p.write)
+	p.file = coalesce.NewLinger(p.write, fileLinger)
 	// The deadline a previous run of this agent published on this boot
 	// still stands until this run renews.
 	if f, err := leasefile.Read(p.path); err == nil && f.BootID == p.bootID && f.NodeID == a.ident.ID {
