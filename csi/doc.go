@@ -17,13 +17,16 @@
 //     (node reboot, plugin restart) would block its own garbage collection
 //     forever.
 //
-//   - The mount manager records an allocation's use of a volume on disk before
-//     it stages the volume, and removes the record only once the allocation's
-//     publish is gone. The record is what decides whether the last user of a
-//     staged volume has left, so it must exist before there is anything to
-//     unstage and must survive an agent restart. Usage is never rolled back
-//     on a failed mount: release is server-driven (seed 2), and the server's
-//     detach always ends in UnmountVolume for that allocation.
+//   - An allocation's use of a volume is on disk before the volume is
+//     staged, and its record goes only once the allocation's publish is
+//     gone. The record is what decides whether the last user of a staged
+//     volume has left, so it must exist before there is anything to
+//     unstage and must survive an agent restart. The mount manager writes
+//     it as a usage file, unless its caller keeps such a record itself
+//     (CallerRecordsUsage: the client agent's held-claims record) and
+//     hands it over at start. Usage is never rolled back on a failed
+//     mount: release is server-driven (seed 2), and the server's detach
+//     always ends in UnmountVolume for that allocation.
 //
 //   - The plugin manager probes in rounds from one goroutine and reports the
 //     whole set of fingerprints through a callback only when something
