@@ -59,8 +59,10 @@ const heldClaimsFile = "held-claims.json"
 
 // fileLinger is how long a write of the held-claims record or the lease
 // file waits, when changes are arriving together, for more of them to
-// share it (coalesce.NewLinger): as long as the servers' batches wait.
-const fileLinger = time.Millisecond
+// share it (coalesce.NewLinger). A handoff of a hundred volumes at once
+// (dev agent, 2 cores, alternating runs): 3 ms took the median to 0.56-0.75
+// of no linger, 1 ms to 0.78-1.01 only (notes of branch i41v).
+const fileLinger = 3 * time.Millisecond
 
 func loadHeldClaims(dir string) (*heldClaims, error) {
 	h := &heldClaims{path: filepath.Join(dir, heldClaimsFile), claims: map[string]*heldClaim{}}
