@@ -76,6 +76,13 @@ func (f *Forwarder) Forward(method string, info structs.RPCInfo, args, reply any
 		return false, nil
 	}
 
+	// The leader serves the call itself, the common case: answered
+	// before the clock read, the hold timer (an allocation, then its
+	// stop) and the deferred count below, which only a call that is
+	// forwarded or held needs.
+	if _, self := f.leader.Leader(); self {
+		return false, nil
+	}
 	// Counted and timed when the leader (or the hold) answers: the time a
 	// caller waits on this hop, a held request's wait for a leader
 	// included.

@@ -142,7 +142,8 @@ has_leader() { "${SERVER_CLAIMD:-$CLAIMD}" operator raft list-peers -address "$J
 # during the run's measured window (DIR/cpu.pprof, DIR/allocs.pprof): it waits for the tool's "run: ..." line in
 # DIR/bench.err, which names that server, then WATCH_DELAY (2 s: the
 # callers' sessions and the 1 s warmup), and profiles for WATCH_SECONDS
-# (8 s of the 10 s window). The servers' CPU time per claim cycle is
+# (8 s of the 10 s window); the other two servers' CPU profiles over the
+# same window go to DIR/cpu-sN.pprof (N their 1-based number). The servers' CPU time per claim cycle is
 # measured by `claimd bench` itself (bench/cpu.go).
 start_watch() {
 	local dir=$1
@@ -163,6 +164,13 @@ start_watch() {
 		# The allocations over the same window (a delta profile) beside
 		# the CPU profile: allocations per call are a lever of their own.
 		curl -sf -o "$dir/allocs.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/allocs?seconds=${WATCH_SECONDS:-8}" &
+		# The other servers too: a claim call costs the followers about
+		# as much CPU as the leader (applying and persisting the entries).
+		for i in 0 1 2; do
+			if ((i != target)); then
+				curl -sf -o "$dir/cpu-s$((i + 1)).pprof" "http://${DEBUG_ADDRS[$i]}/debug/pprof/profile?seconds=${WATCH_SECONDS:-8}" &
+			fi
+		done
 		curl -sf -o "$dir/cpu.pprof" "http://${DEBUG_ADDRS[$target]}/debug/pprof/profile?seconds=${WATCH_SECONDS:-8}"
 		wait
 	) >/dev/null 2>"$dir/watch.err" &
