@@ -147,3 +147,22 @@ func isMountPointForTest(path string) (bool, error) {
 	}
 	return false, nil
 }
+
+// unmountA1ThenA2 unmounts a volume used by allocations a1 and a2 on m:
+// the first unmount must leave it staged (a2 still uses it), the second
+// unstage it, once.
+func unmountA1ThenA2(t *testing.T, ctx context.Context, tp *testPlugin, m *MountManager, vol *structs.Volume) {
+	t.Helper()
+	if err := m.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a1", usageOf(vol, false)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 0 {
+		t.Fatalf("exp: not unstaged while a2 uses it got: %d unstages", n)
+	}
+	if err := m.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a2", usageOf(vol, false)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 1 {
+		t.Fatalf("exp: unstaged once got: %d", n)
+	}
+}

@@ -62,18 +62,7 @@ func TestMountManagerCallerRecordsUsage(t *testing.T) {
 	if n := second.Users(vol.ID); n != 2 {
 		t.Fatalf("exp: 2 users after restart got: %d", n)
 	}
-	if err := second.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a1", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 0 {
-		t.Fatalf("exp: not unstaged while a2 uses it got: %d unstages", n)
-	}
-	if err := second.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a2", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 1 {
-		t.Fatalf("exp: unstaged once got: %d", n)
-	}
+	unmountA1ThenA2(t, ctx, tp, second, vol)
 }
 
 // TestMountManagerCallerRecordsUsageReadsOldFiles: usage files an earlier
@@ -98,19 +87,8 @@ func TestMountManagerCallerRecordsUsageReadsOldFiles(t *testing.T) {
 	if n := upgraded.Users(vol.ID); n != 2 {
 		t.Fatalf("exp: 2 users from the old files got: %d", n)
 	}
-	if err := upgraded.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a1", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 0 {
-		t.Fatalf("exp: not unstaged while a2 uses it got: %d unstages", n)
-	}
-	if err := upgraded.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a2", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
+	unmountA1ThenA2(t, ctx, tp, upgraded, vol)
 	if files := usageFiles(t, root); len(files) != 0 {
 		t.Fatalf("exp: old usage files removed with their use got: %v", files)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 1 {
-		t.Fatalf("exp: unstaged once got: %d", n)
 	}
 }

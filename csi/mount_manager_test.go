@@ -146,18 +146,7 @@ func TestMountManagerUsageSurvivesRestart(t *testing.T) {
 	if n := second.Users(vol.ID); n != 2 {
 		t.Fatalf("exp: 2 users after restart got: %d", n)
 	}
-	if err := second.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a1", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 0 {
-		t.Fatalf("exp: not unstaged while a2 uses it got: %d unstages", n)
-	}
-	if err := second.UnmountVolume(ctx, vol.ID, vol.ExternalID, "a2", usageOf(vol, false)); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tp.auditMethods(t, "NodeUnstageVolume")); n != 1 {
-		t.Fatalf("exp: unstaged once got: %d", n)
-	}
+	unmountA1ThenA2(t, ctx, tp, second, vol)
 }
 
 // TestMountManagerFailedStageKeepsUsage: a mount that fails leaves its
