@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -127,25 +126,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(string(b))
 	return len(b), nil
-}
-
-// isMountPointForTest reports whether path is listed as a mount point in
-// /proc/self/mountinfo (field 5; mount paths in tests have no spaces).
-func isMountPointForTest(path string) (bool, error) {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return false, err
-	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == real {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // unmountA1ThenA2 unmounts a volume used by allocations a1 and a2 on m:

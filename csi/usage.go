@@ -41,19 +41,11 @@ func writeUsage(r usageRecord) error {
 	if err != nil {
 		return err
 	}
-	// The parent directories are shared with other volumes of the same
-	// allocation, and an UnmountVolume of one of them may remove them when
-	// they look empty, between our MkdirAll and CreateTemp. Try again then.
 	var f *os.File
-	for attempt := 0; ; attempt++ {
-		if err = os.MkdirAll(filepath.Dir(r.TargetPath), 0o755); err == nil {
-			f, err = os.CreateTemp(filepath.Dir(r.TargetPath), ".usage-*")
-		}
-		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 4 {
-			break
-		}
-	}
-	if err != nil {
+	if err = inParent(r.TargetPath, func(dir string) (err error) {
+		f, err = os.CreateTemp(dir, ".usage-*")
+		return err
+	}); err != nil {
 		return fmt.Errorf("write usage record: %w", err)
 	}
 	tmp := f.Name()
@@ -70,14 +62,23 @@ func writeUsage(r usageRecord) error {
 	return nil
 }
 
-// mkdirParent makes the directory a target path goes in. The allocation's
-// directory is shared with its other volumes, whose UnmountVolume may
-// remove it when it looks empty, between the two levels' Mkdir: try again
-// then, as writeUsage does.
+// mkdirParent makes the directory a target path goes in (inParent).
 func mkdirParent(targetPath string) error {
+	return inParent(targetPath, nil)
+}
+
+// inParent makes the directory a target path goes in and runs op (if any)
+// in it. The allocation's directory is shared with its other volumes,
+// whose UnmountVolume may remove it when it looks empty, between our
+// MkdirAll and op (or between MkdirAll's two levels): try again then.
+func inParent(targetPath string, op func(dir string) error) error {
+	dir := filepath.Dir(targetPath)
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		if err = os.MkdirAll(filepath.Dir(targetPath), 0o755); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(dir, 0o755); err == nil && op != nil {
+			err = op(dir)
+		}
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
