@@ -2,10 +2,18 @@ package bench
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/claimd/claimd/structs"
 )
+
+// holderDetaches (PROTOTYPE, branch i41n): the simulated node's releases
+// say it has node-detached the claim itself, which is true (it mounts
+// nothing). Set CLAIMD_BENCH_HOLDER_DETACHES=1; an older server ignores it.
+var holderDetaches = os.Getenv("CLAIMD_BENCH_HOLDER_DETACHES") == "1"
 
 // claimRuns measures claim+release of distinct volumes. One pool of
 // (alloc, volume) pairs serves every run: runs take pairs in order, each
@@ -79,7 +87,12 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 				// Release even past the window's end or after an interrupt,
 				// so that the pool is left with no live claim.
 				t1 := time.Now()
-				_, err = cl.Release(context.WithoutCancel(ctx), p.vols[k], p.allocs[k])
+				if holderDetaches {
+					_, err = cl.Claim(context.WithoutCancel(ctx), &structs.VolumeClaimRequest{
+						VolumeID: p.vols[k], AllocID: p.allocs[k], Release: true, NodeDetached: true})
+				} else {
+					_, err = cl.Release(context.WithoutCancel(ctx), p.vols[k], p.allocs[k])
+				}
 				rec.add(true, t1, err)
 			}
 		}()

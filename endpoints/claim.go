@@ -27,6 +27,9 @@ func (v *Volume) Claim(args *structs.VolumeClaimRequest, reply *structs.VolumeCl
 	if err := args.Validate(); err != nil {
 		return err
 	}
+	if args.NodeDetached {
+		holderDetached(c, v.srv, args)
+	}
 	// The token and the origin have done their work: neither is written
 	// to the log.
 	args.AuthToken, args.Origin = "", structs.CallOrigin{}
@@ -160,4 +163,20 @@ func (v *Volume) volumeChanged(volID string, index uint64, deadline time.Time) b
 		}
 	}
 	return false
+}
+
+// holderDetached keeps a release's "node detached by the holding node"
+// only when the caller proved it is the node the allocation is placed on
+// (its own secret, with or without ACLs: a volume:claim or node:write
+// token cannot know what a node unmounted), and names that node in the
+// request for the state machine to check against the claim. Anyone else's
+// statement is dropped, not refused: the release then takes the servers'
+// own node detach, which is always safe (seed 6: nothing mounted is done).
+func holderDetached(c *caller, srv *Deps, args *structs.VolumeClaimRequest) {
+	node, known := claimNode(srv, args)
+	if !known || !c.provedNode(node, nil) {
+		args.NodeDetached, args.NodeID = false, ""
+		return
+	}
+	args.NodeID = node
 }

@@ -184,10 +184,45 @@ func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error
 		return old.PastClaims[r.AllocID], nil
 	}
 	v := cowVolume(old, tx.index)
+	holder := old.LiveClaim(r.AllocID).NodeID
 	makePast(tx, v, r.AllocID)
+	if r.NodeDetached && r.NodeID != "" && r.NodeID == holder {
+		return releaseDetached(tx, v, r.AllocID), nil
+	}
 	ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
 	tx.put(TableVolumes, v)
 	return v.PastClaims[r.AllocID], nil
+}
+
+// releaseDetached finishes a release whose holding node has done the node
+// detach itself (VolumeClaimRequest.NodeDetached, checked by the caller
+// against the claim's node): the claim, just made past in v (a cowVolume
+// copy), passes node-detached in the same entry and is freed at once when
+// its plugin needs no controller detach, as the release watcher's one
+// checkpoint would (decision 16); otherwise it stays node-detached with a
+// pending eval, and the watcher does only the controller detach. Nothing
+// here reads anything but the entry and the state (S2); the plugin's
+// ControllerRequired is the same row the watcher decides on. A plugin
+// with no row left stops at node-detached: the watcher says why.
+func releaseDetached(tx *txn, v *structs.Volume, allocID string) *structs.Claim {
+	c := v.PastClaims[allocID].WithStep(structs.ClaimStateNodeDetached, tx.index, tx.at)
+	row := getPluginRow(tx, v.PluginID)
+	if row == nil || row.requiring > 0 {
+		v.PastClaims[allocID] = c
+		ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
+		tx.put(TableVolumes, v)
+		return c
+	}
+	delete(v.PastClaims, allocID)
+	keepReleased(v, c.WithStep(structs.ClaimStateFreed, tx.index, tx.at))
+	tidyClaims(v)
+	if len(v.PastClaims) == 0 {
+		completeVolumeEvals(tx, v, "all past claims freed")
+	} else {
+		ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
+	}
+	tx.put(TableVolumes, v)
+	return nil
 }
 
 // asCoded keeps a refusal's code; every refusal this package makes is

@@ -163,6 +163,20 @@ type VolumeClaimRequest struct {
 	// (issue 41). The leader clears it before the claim is logged; an
 	// older server ignores it and answers at once.
 	Wait time.Duration `codec:",omitempty"`
+	// NodeDetached, on a release, is the holding node's statement that it
+	// has already unpublished (and, when no other claim of its own uses the
+	// volume, unstaged) this claim itself, before releasing it. The release
+	// entry then records node-detached, or frees the claim when its plugin
+	// needs no controller detach. Only the node that holds the claim,
+	// proved by its own secret, may say it: the endpoint clears it for any
+	// other caller and names the proved node in NodeID, and the state
+	// machine honours it only for a claim of that node.
+	//
+	// PROTOTYPE (branch i41n): not gated for a rolling upgrade. An older
+	// server ignores the field and would apply the release as unpublishing
+	// while a newer one frees the claim: the real change needs a new entry
+	// type written only once every server supports it (notes-i41n.md).
+	NodeDetached bool `codec:",omitempty"`
 	WriteRequest
 }
 
@@ -183,6 +197,9 @@ func (r *VolumeClaimRequest) Validate() error {
 	}
 	if r.Release {
 		return nil
+	}
+	if r.NodeDetached {
+		return Invalid("node_detached", "is a release's statement; a claim cannot make it")
 	}
 	if err := ValidateID("node_id", r.NodeID); err != nil {
 		return err

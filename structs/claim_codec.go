@@ -26,8 +26,8 @@ const (
 	codecValueMap  = 9
 	claimReqFields = 11
 	// claimReqOptional are the fields written only when set (omitempty):
-	// Wait.
-	claimReqOptional = 1
+	// Wait, NodeDetached.
+	claimReqOptional = 2
 )
 
 // plainVolumeClaimRequest has VolumeClaimRequest's fields and none of its
@@ -54,6 +54,9 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 	if r.Wait != 0 {
 		fields++ // omitempty: reflection writes Wait only when set
 	}
+	if r.NodeDetached {
+		fields++ // omitempty, as Wait
+	}
 	ee.WriteMapStart(fields)
 	// In the order go-msgpack writes struct fields: sorted by name.
 	str("AccessMode", string(r.AccessMode))
@@ -63,6 +66,9 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 	str("ExternalNodeID", r.ExternalNodeID)
 	boolean("Forwarded", r.Forwarded)
 	str("Mode", string(r.Mode))
+	if r.NodeDetached {
+		boolean("NodeDetached", true)
+	}
 	str("NodeID", r.NodeID)
 	ee.WriteMapElemKey()
 	ee.EncodeStringEnc(codecUTF8, "Origin")
@@ -129,6 +135,8 @@ func (r *VolumeClaimRequest) CodecDecodeSelf(d *codec.Decoder) {
 			r.AttachmentMode = AttachmentMode(str())
 		case "Release":
 			r.Release = boolean()
+		case "NodeDetached":
+			r.NodeDetached = boolean()
 		case "Wait":
 			r.Wait = 0
 			if !dd.TryDecodeAsNil() {

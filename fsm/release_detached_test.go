@@ -1,0 +1,104 @@
+package fsm
+
+import (
+	"testing"
+
+	"github.com/claimd/claimd/structs"
+)
+
+// PROTOTYPE (branch i41n): a release carrying the holding node's
+// statement that it has node-detached the claim itself.
+
+func (h *harness) releaseDetachedBy(vol, alloc, node string) *structs.ClaimResult {
+	h.t.Helper()
+	return h.claims(&structs.VolumeClaimRequest{VolumeID: vol, AllocID: alloc, Release: true, NodeDetached: true, NodeID: node})[0]
+}
+
+// With no controller to detach, the holder's release frees the claim in
+// its own entry: no past claim, no pending eval, the timeline passing
+// node-detached at the release's index.
+func TestReleaseDetached_ByHolderWithoutControllerFreesInTheReleaseEntry(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	r := h.releaseDetachedBy("v1", "a1", "n1")
+	if r.Error != nil || r.Claim != nil {
+		t.Fatalf("exp: freed (no claim left) got: %+v %v", r.Claim, r.Err())
+	}
+	v := h.volume("v1")
+	if v.HasClaims() || v.CurrentAccessMode != "" {
+		t.Fatalf("exp: no claims, modes reset got: %+v", v.AllClaims())
+	}
+	if len(v.Released) != 1 {
+		t.Fatalf("exp: one released claim got: %d", len(v.Released))
+	}
+	c := v.Released[0]
+	if got := stepStates(c); got != "taken,unpublishing,node-detached,freed" {
+		t.Fatalf("steps: exp: taken,unpublishing,node-detached,freed got: %s", got)
+	}
+	for _, s := range c.Steps[1:] {
+		if s.Index != h.index {
+			t.Fatalf("steps: exp: all but taken at the release's index %d got: %+v", h.index, c.Steps)
+		}
+	}
+	if v.Released[0].NodeDetachSkipped {
+		t.Fatalf("exp: the node detach done, not skipped")
+	}
+	evals, _ := h.f.State().EvalsByVolume(nil, "v1")
+	for _, e := range evals {
+		if e.Status == structs.EvalStatusPending {
+			t.Fatalf("exp: no pending eval got: %+v", e)
+		}
+	}
+	// The allocation may claim afresh at once.
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+}
+
+// A statement naming another node than the claim's is ignored: the
+// release takes the servers' node detach as before.
+func TestReleaseDetached_OtherNodesStatementIsIgnored(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	h.registerNode(testNode("n2"))
+	r := h.releaseDetachedBy("v1", "a1", "n2")
+	if r.Error != nil || r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("exp: unpublishing got: %+v %v", r.Claim, r.Err())
+	}
+	if r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", Release: true, NodeDetached: true})[0]; r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("no node named: exp: still unpublishing got: %+v %v", r.Claim, r.Err())
+	}
+}
+
+// With a controller to detach, the release records node-detached and
+// leaves the controller detach to the watcher (a pending eval).
+func TestReleaseDetached_WithControllerStopsAtNodeDetached(t *testing.T) {
+	h := mustNewHarness(t)
+	n := testNode("n1")
+	n.CSINodePlugins["hostdir"].RequiresControllerPlugin = true
+	n.CSIControllerPlugins = map[string]*structs.CSIInfo{"hostdir": {PluginID: "hostdir", Healthy: true, RequiresControllerPlugin: true,
+		ControllerCapabilities: &structs.CSIControllerCapabilities{PublishUnpublish: true}}}
+	h.registerNode(n)
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter))
+	h.placeAllocs(testAlloc("a1", "n1", "v1"))
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	r := h.releaseDetachedBy("v1", "a1", "n1")
+	if r.Error != nil || r.Claim == nil || r.Claim.State != structs.ClaimStateNodeDetached {
+		t.Fatalf("exp: node-detached got: %+v %v", r.Claim, r.Err())
+	}
+	evals, _ := h.f.State().EvalsByVolume(nil, "v1")
+	if len(evals) != 1 || evals[0].Status != structs.EvalStatusPending {
+		t.Fatalf("exp: one pending eval got: %+v", evals)
+	}
+	// The watcher's one checkpoint then frees it.
+	h.checkpoint(&structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed, ExpectedState: structs.ClaimStateNodeDetached})
+	if v := h.volume("v1"); v.HasClaims() {
+		t.Fatalf("exp: freed got: %+v", v.AllClaims())
+	}
+}
+
+// A claim cannot carry the statement.
+func TestReleaseDetached_ClaimWithTheStatementIsInvalid(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeMultiNodeMultiWriter)
+	h.placeAllocs(testAlloc("a2", "n1", "v1"))
+	r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeRead, NodeDetached: true})[0]
+	if r.Error == nil || r.Error.Code != structs.CodeInvalid {
+		t.Fatalf("exp: invalid got: %+v", r.Error)
+	}
+}
