@@ -184,14 +184,26 @@ func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error
 		return old.PastClaims[r.AllocID], nil
 	}
 	v := cowVolume(old, tx.index)
-	holder := old.LiveClaim(r.AllocID).NodeID
+	live := old.LiveClaim(r.AllocID)
 	makePast(tx, v, r.AllocID)
-	if r.NodeDetached && r.NodeID != "" && r.NodeID == holder {
+	if r.NodeDetached && holderSays(tx, live, r.NodeID) {
 		return releaseDetached(tx, v, r.AllocID), nil
 	}
 	ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)
 	tx.put(TableVolumes, v)
 	return v.PastClaims[r.AllocID], nil
+}
+
+// holderSays reports whether node may say it node-detached claim c: it is
+// the claim's node and the identity that took it (after a purge, whatever
+// registered the node ID never had the volume mounted for this claim, as
+// checkClaimsIdentity has it for a checkpoint).
+func holderSays(tx *txn, c *structs.Claim, node string) bool {
+	if node == "" || c.NodeID != node {
+		return false
+	}
+	gen, held := generation(tx, node)
+	return held && structs.ClaimOfIdentity(c, gen)
 }
 
 // releaseDetached finishes a release whose holding node has done the node
