@@ -40,6 +40,9 @@ type allocTask struct {
 	// volumes mounted); reasserting: its claims are being re-reported
 	// to servers that show it pending (restore.go).
 	ran, reasserting bool
+	// done is closed when the task's goroutine has ended: a stop task
+	// unmounts only after a cancelled run task can mount no more.
+	done chan struct{}
 }
 
 func newAllocRunner(a *Agent) *allocRunner {
@@ -123,10 +126,12 @@ func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
 			if ok && task.stopping {
 				continue
 			}
+			var prev chan struct{}
 			if ok {
 				task.cancel() // stop claiming or mounting
+				prev = task.done
 			}
-			r.start(alloc, true)
+			r.startAfter(alloc, true, prev)
 		case !ok && alloc.ClientStatus == structs.AllocClientPending:
 			r.start(alloc, false)
 		case ok && task.ran && !task.reasserting && alloc.ClientStatus == structs.AllocClientPending:
@@ -138,14 +143,26 @@ func (r *allocRunner) reconcile(allocs []*structs.Alloc) {
 	}
 }
 
-func (r *allocRunner) start(alloc *structs.Alloc, stop bool) {
+func (r *allocRunner) start(alloc *structs.Alloc, stop bool) { r.startAfter(alloc, stop, nil) }
+
+// startAfter is start once the task whose done channel is prev (nil: none)
+// has ended.
+func (r *allocRunner) startAfter(alloc *structs.Alloc, stop bool, prev chan struct{}) {
 	ctx, cancel := context.WithCancel(r.a.ctx)
-	task := &allocTask{cancel: cancel, stopping: stop}
+	task := &allocTask{cancel: cancel, stopping: stop, done: make(chan struct{})}
 	r.running[alloc.ID] = task
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		defer close(task.done)
 		defer cancel()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return
+			}
+		}
 		var done bool
 		if stop {
 			done = r.stop(ctx, alloc)
@@ -362,15 +379,24 @@ func retryableClaimError(err error) bool {
 	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable) || errors.Is(err, structs.ErrShutdown)
 }
 
-// stop reports a stopped allocation complete. It does not unmount: the
-// servers drive the release (seed 2).
+// stop reports a stopped allocation complete. PROTOTYPE (branch i41n):
+// it first node-detaches the volumes it holds for the allocation itself
+// and says so in the report (stop_detach.go); a volume it could not
+// unmount is left to the servers' node detach, as every volume was
+// before (seed 2).
 func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
-	return r.report(ctx, alloc.ID, structs.AllocClientComplete, "stopped")
+	detached := r.detachOwn(ctx, alloc.ID)
+	return r.reportDetached(ctx, alloc.ID, structs.AllocClientComplete, "stopped", detached)
 }
 
 // report sends a client status, retrying until it lands or the agent stops.
 func (r *allocRunner) report(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string) bool {
-	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc}
+	return r.reportDetached(ctx, allocID, status, desc, nil)
+}
+
+// reportDetached is report with the volumes the node detached itself.
+func (r *allocRunner) reportDetached(ctx context.Context, allocID string, status structs.AllocClientStatus, desc string, detached []string) bool {
+	update := &structs.AllocClientUpdate{ID: allocID, ClientStatus: status, ClientDescription: desc, DetachedVolumes: detached}
 	pace := backoff.WithJitter(200*time.Millisecond, 5*time.Second)
 	for {
 		err := r.a.statuses.send(ctx, update)

@@ -353,9 +353,19 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *structs.GenericResponse) error {
 	// A node reports only its own allocations: with NodeID set the state
 	// machine refuses an update for an alloc placed elsewhere.
-	_, done, err := n.auth.gate("Node.UpdateAlloc", args, reply, n.auth.forNode("Node.UpdateAlloc", func() (string, bool) { return args.NodeID, true }))
+	c, done, err := n.auth.gate("Node.UpdateAlloc", args, reply, n.auth.forNode("Node.UpdateAlloc", func() (string, bool) { return args.NodeID, true }))
 	if done {
 		return err
+	}
+	// What a node unmounted only the node itself can say (its secret, not
+	// a node:write token); anyone else's list is dropped, and those
+	// releases take the servers' node detach (PROTOTYPE, branch i41n).
+	if args.NodeID == "" || !c.provedNode(args.NodeID, nil) {
+		for _, u := range args.Allocs {
+			if u != nil {
+				u.DetachedVolumes = nil
+			}
+		}
 	}
 	if len(args.Allocs) == 0 {
 		return structs.Invalid("allocs", "at least one update is required")

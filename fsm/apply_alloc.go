@@ -132,7 +132,7 @@ func applyAllocClientUpdate(tx *txn, req *structs.AllocClientUpdateRequest) (any
 		a.ModifyIndex = tx.index
 		tx.put(TableAllocs, a)
 		if a.Terminal() {
-			releaseAllocClaims(tx, a, structs.EvalTriggerAllocTerminal)
+			releaseAllocClaimsDetached(tx, a, structs.EvalTriggerAllocTerminal, req.NodeID, u.DetachedVolumes)
 		}
 	}
 	return nil, nil

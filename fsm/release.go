@@ -72,6 +72,14 @@ func tidyClaims(v *structs.Volume) {
 // (docs/architecture.md, the release state machine: in the same Apply as
 // the terminal status).
 func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
+	releaseAllocClaimsDetached(tx, a, trigger, "", nil)
+}
+
+// releaseAllocClaimsDetached is releaseAllocClaims with the node's word
+// that it node-detached the volumes in detached (AllocClientUpdate.
+// DetachedVolumes): a live claim of node on one of them passes
+// node-detached in this entry (releaseDetached).
+func releaseAllocClaimsDetached(tx *txn, a *structs.Alloc, trigger, node string, detached []string) {
 	ids := make([]string, 0, len(a.Volumes))
 	for _, r := range a.Volumes {
 		ids = append(ids, r.VolumeID)
@@ -85,7 +93,12 @@ func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
 			continue // already past, and its release already under way
 		}
 		v := cowVolume(old, tx.index)
+		live := old.LiveClaim(a.ID)
 		makePast(tx, v, a.ID)
+		if live != nil && slices.Contains(detached, id) && holderSays(tx, live, node) {
+			releaseDetached(tx, v, a.ID)
+			continue
+		}
 		ensurePendingEval(tx, v, trigger)
 		tx.put(TableVolumes, v)
 	}

@@ -102,3 +102,31 @@ func TestReleaseDetached_ClaimWithTheStatementIsInvalid(t *testing.T) {
 		t.Fatalf("exp: invalid got: %+v", r.Error)
 	}
 }
+
+// The agent's path: a terminal status from the node, listing the volume
+// as detached by it, frees the claim in the same entry; the same list
+// without the node named (a node:write token's update: the endpoint
+// drops it, and the state machine does not honour it either) leaves the
+// claim unpublishing.
+func TestReleaseDetached_TerminalUpdateFromTheNodeFrees(t *testing.T) {
+	h := mustNewHarness(t)
+	h.registerNode(testNode("n1"))
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter), testVolume("v2", structs.AccessModeSingleNodeWriter))
+	h.placeAllocs(testAlloc("a1", "n1", "v1", "v2"), testAlloc("a2", "n1", "v1"))
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	h.mustClaim("v2", "a1", "n1", structs.ClaimModeWrite)
+	h.mustApply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1", Allocs: []*structs.AllocClientUpdate{
+		{ID: "a1", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
+	if v := h.volume("v1"); v.HasClaims() {
+		t.Fatalf("v1: exp: freed in the terminal entry got: %+v", v.AllClaims())
+	}
+	if c := h.volume("v2").PastClaims["a1"]; c == nil || c.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("v2 (not listed): exp: unpublishing got: %+v", c)
+	}
+	h.mustClaim("v1", "a2", "n1", structs.ClaimModeWrite)
+	h.mustApply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{Allocs: []*structs.AllocClientUpdate{
+		{ID: "a2", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
+	if c := h.volume("v1").PastClaims["a2"]; c == nil || c.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("no node named: exp: unpublishing got: %+v", c)
+	}
+}

@@ -157,6 +157,15 @@ type AllocClientUpdate struct {
 	ID                string
 	ClientStatus      AllocClientStatus
 	ClientDescription string
+	// DetachedVolumes, on a terminal status, are the volumes the node has
+	// already node-detached (unpublished, and unstaged when it was their
+	// last user here) for this allocation before reporting: their release
+	// records node-detached in this entry, or frees the claim when no
+	// controller detach is needed. Kept only from the node itself (its
+	// secret); see VolumeClaimRequest.NodeDetached.
+	//
+	// PROTOTYPE (branch i41n): not gated for a rolling upgrade.
+	DetachedVolumes []string `codec:",omitempty"`
 }
 
 // AllocClientUpdateRequest carries a node's allocation updates. An update to
