@@ -63,6 +63,7 @@ func (c *fakeCluster) ServerAddrs() []string                { return []string{"1
 func (c *fakeCluster) RaftMemberHost(string) bool           { return false }
 func (c *fakeCluster) ServerName(string) string             { return "" }
 func (c *fakeCluster) ServerVersion(string) string          { return "" }
+func (c *fakeCluster) AllServersSupport(uint64) bool        { return false }
 func (c *fakeCluster) Hello(*structs.HelloRequest) *structs.HelloResponse {
 	return &structs.HelloResponse{}
 }

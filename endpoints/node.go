@@ -382,7 +382,17 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 		}
 	}
 	args.CleanText() // a client description is shown to operators
-	_, index, err := n.srv.Apply(structs.AllocClientUpdateRequestType, args)
+	t := structs.AllocClientUpdateRequestType
+	if detachedIn(args) {
+		if n.srv.AllServersSupport(structs.FeatureHolderDetached) {
+			t = structs.AllocClientUpdateDetachedRequestType
+		} else {
+			for _, u := range args.Allocs {
+				u.DetachedVolumes = nil
+			}
+		}
+	}
+	_, index, err := n.srv.Apply(t, args)
 	reply.Index = index
 	return err
 }
@@ -432,4 +442,13 @@ func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 			}
 			return state.TableIndex(fsm.TableNodes), nil
 		})
+}
+
+func detachedIn(args *structs.AllocClientUpdateRequest) bool {
+	for _, u := range args.Allocs {
+		if u != nil && len(u.DetachedVolumes) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -44,7 +44,7 @@ func LocalRaftStats(r *raft.Raft) structs.RaftStats {
 	// Index and term come from one read of the last log entry (Stats), the
 	// same source autopilot compares them with on the leader.
 	st := r.Stats()
-	out := structs.RaftStats{AppliedIndex: r.AppliedIndex(), Version: version.Short()}
+	out := structs.RaftStats{AppliedIndex: r.AppliedIndex(), Version: version.Short(), Features: structs.EntryFeatures}
 	out.LastIndex, _ = strconv.ParseUint(st["last_log_index"], 10, 64)
 	out.LastTerm, _ = strconv.ParseUint(st["last_log_term"], 10, 64)
 	switch last := r.LastContact(); {

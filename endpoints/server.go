@@ -74,6 +74,11 @@ type Cluster interface {
 	// heard it ("" if unknown; a leader asks every server every few
 	// seconds).
 	ServerVersion(id string) string
+	// AllServersSupport reports whether every server in the Raft
+	// configuration, this one included, has told this leader it applies
+	// the entry features f (structs.Feature*): false on a follower and
+	// for a server not heard from yet.
+	AllServersSupport(f uint64) bool
 	// Hello records a peer's identity for bootstrap-expect and answers
 	// with what this server knows.
 	Hello(req *structs.HelloRequest) *structs.HelloResponse

@@ -10,7 +10,20 @@ import (
 func init() {
 	registerCommand(structs.AllocPlaceRequestType, applyAllocPlace)
 	registerCommand(structs.AllocStopRequestType, applyAllocStop)
-	registerCommand(structs.AllocClientUpdateRequestType, applyAllocClientUpdate)
+	registerCommand(structs.AllocClientUpdateRequestType, applyAllocClientUpdateWithoutStatements)
+	registerCommand(structs.AllocClientUpdateDetachedRequestType, applyAllocClientUpdate)
+}
+
+// applyAllocClientUpdateWithoutStatements applies a type-8 update as every
+// server has always applied it: DetachedVolumes is not honoured there
+// (see applyClaimBatchWithoutStatements).
+func applyAllocClientUpdateWithoutStatements(tx *txn, req *structs.AllocClientUpdateRequest) (any, error) {
+	for _, u := range req.Allocs {
+		if u != nil {
+			u.DetachedVolumes = nil
+		}
+	}
+	return applyAllocClientUpdate(tx, req)
 }
 
 // applyAllocPlace places allocations on ready nodes. The statuses in the

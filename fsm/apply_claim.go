@@ -8,7 +8,21 @@ import (
 )
 
 func init() {
-	registerCommand(structs.ClaimBatchRequestType, applyClaimBatch)
+	registerCommand(structs.ClaimBatchRequestType, applyClaimBatchWithoutStatements)
+	registerCommand(structs.ClaimBatchDetachedRequestType, applyClaimBatch)
+}
+
+// applyClaimBatchWithoutStatements applies a type-9 claim batch as every
+// server has always applied it: a NodeDetached statement in it is not
+// honoured (an older server does not know the field), so only type 29
+// entries, written once every server applies them, free in the release.
+func applyClaimBatchWithoutStatements(tx *txn, req *structs.ClaimBatchRequest) (any, error) {
+	for _, r := range req.Claims {
+		if r != nil {
+			r.NodeDetached = false
+		}
+	}
+	return applyClaimBatch(tx, req)
 }
 
 // applyClaimBatch applies claims and releases in order, each against the

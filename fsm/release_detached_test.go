@@ -11,7 +11,17 @@ import (
 
 func (h *harness) releaseDetachedBy(vol, alloc, node string) *structs.ClaimResult {
 	h.t.Helper()
-	return h.claims(&structs.VolumeClaimRequest{VolumeID: vol, AllocID: alloc, Release: true, NodeDetached: true, NodeID: node})[0]
+	return h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{VolumeID: vol, AllocID: alloc, Release: true, NodeDetached: true, NodeID: node})[0]
+}
+
+// claimsAs applies a claim batch as entry type t.
+func (h *harness) claimsAs(t structs.MessageType, reqs ...*structs.VolumeClaimRequest) []*structs.ClaimResult {
+	h.t.Helper()
+	br, ok := h.mustApply(t, &structs.ClaimBatchRequest{Claims: reqs}).(*structs.ClaimBatchResponse)
+	if !ok || len(br.Results) != len(reqs) {
+		h.t.Fatalf("claim batch: exp: %d results got: %+v", len(reqs), br)
+	}
+	return br.Results
 }
 
 // With no controller to detach, the holder's release frees the claim in
@@ -61,7 +71,7 @@ func TestReleaseDetached_OtherNodesStatementIsIgnored(t *testing.T) {
 	if r.Error != nil || r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
 		t.Fatalf("exp: unpublishing got: %+v %v", r.Claim, r.Err())
 	}
-	if r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", Release: true, NodeDetached: true})[0]; r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
+	if r := h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", Release: true, NodeDetached: true})[0]; r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
 		t.Fatalf("no node named: exp: still unpublishing got: %+v %v", r.Claim, r.Err())
 	}
 }
@@ -97,7 +107,7 @@ func TestReleaseDetached_WithControllerStopsAtNodeDetached(t *testing.T) {
 func TestReleaseDetached_ClaimWithTheStatementIsInvalid(t *testing.T) {
 	h := newClaimedHarness(t, structs.AccessModeMultiNodeMultiWriter)
 	h.placeAllocs(testAlloc("a2", "n1", "v1"))
-	r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeRead, NodeDetached: true})[0]
+	r := h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a2", NodeID: "n1", Mode: structs.ClaimModeRead, NodeDetached: true})[0]
 	if r.Error == nil || r.Error.Code != structs.CodeInvalid {
 		t.Fatalf("exp: invalid got: %+v", r.Error)
 	}
@@ -115,7 +125,7 @@ func TestReleaseDetached_TerminalUpdateFromTheNodeFrees(t *testing.T) {
 	h.placeAllocs(testAlloc("a1", "n1", "v1", "v2"), testAlloc("a2", "n1", "v1"))
 	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
 	h.mustClaim("v2", "a1", "n1", structs.ClaimModeWrite)
-	h.mustApply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1", Allocs: []*structs.AllocClientUpdate{
+	h.mustApply(structs.AllocClientUpdateDetachedRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1", Allocs: []*structs.AllocClientUpdate{
 		{ID: "a1", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
 	if v := h.volume("v1"); v.HasClaims() {
 		t.Fatalf("v1: exp: freed in the terminal entry got: %+v", v.AllClaims())
@@ -124,9 +134,31 @@ func TestReleaseDetached_TerminalUpdateFromTheNodeFrees(t *testing.T) {
 		t.Fatalf("v2 (not listed): exp: unpublishing got: %+v", c)
 	}
 	h.mustClaim("v1", "a2", "n1", structs.ClaimModeWrite)
-	h.mustApply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{Allocs: []*structs.AllocClientUpdate{
+	h.mustApply(structs.AllocClientUpdateDetachedRequestType, &structs.AllocClientUpdateRequest{Allocs: []*structs.AllocClientUpdate{
 		{ID: "a2", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
 	if c := h.volume("v1").PastClaims["a2"]; c == nil || c.State != structs.ClaimStateUnpublishing {
 		t.Fatalf("no node named: exp: unpublishing got: %+v", c)
+	}
+}
+
+// Replay is unchanged: under the entry types every server has always
+// applied (9 and 8), a statement is not honoured, as an older server,
+// which does not know the fields, would not honour it.
+func TestReleaseDetached_OldEntryTypesIgnoreTheStatement(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	r := h.claims(&structs.VolumeClaimRequest{VolumeID: "v1", AllocID: "a1", Release: true, NodeDetached: true, NodeID: "n1"})[0]
+	if r.Error != nil || r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("type 9: exp: unpublishing got: %+v %v", r.Claim, r.Err())
+	}
+
+	h = mustNewHarness(t)
+	h.registerNode(testNode("n1"))
+	h.registerVolumes(testVolume("v1", structs.AccessModeSingleNodeWriter))
+	h.placeAllocs(testAlloc("a1", "n1", "v1"))
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	h.mustApply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{NodeID: "n1", Allocs: []*structs.AllocClientUpdate{
+		{ID: "a1", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
+	if c := h.volume("v1").PastClaims["a1"]; c == nil || c.State != structs.ClaimStateUnpublishing {
+		t.Fatalf("type 8: exp: unpublishing got: %+v", c)
 	}
 }

@@ -103,6 +103,8 @@ type peerWatch struct {
 	contactAt  time.Time
 	// failed: reported failed last time (for logging the changes).
 	failed bool
+	// features: the entry features it applies, from its last answer.
+	features uint64
 	// version: the server's build, from its last answer.
 	version string
 	// member: in the configuration last time KnownServers looked. A server
@@ -266,6 +268,17 @@ func (d *autopilotDuty) versionOf(id raft.ServerID) string {
 	return ""
 }
 
+// featuresOf is a server's entry features from its last answer (0: none
+// yet, or a server older than the field).
+func (d *autopilotDuty) featuresOf(id raft.ServerID) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.peers[id]; w != nil {
+		return w.features
+	}
+	return 0
+}
+
 // watch returns the server's record, creating it the first time this
 // leader sees the server. Call with d.mu held.
 func (d *autopilotDuty) watch(id raft.ServerID, now time.Time) *peerWatch {
@@ -333,6 +346,7 @@ func (d *autopilotDuty) FetchServerStats(ctx context.Context, servers map[raft.S
 		}
 		w.answeredAt = a.at
 		w.version = a.stats.Version
+		w.features = a.stats.Features
 		w.stats = autopilot.ServerStats{LastContact: a.stats.LastContact, LastTerm: a.stats.LastTerm, LastIndex: a.stats.LastIndex}
 		if a.stats.LastContact >= 0 {
 			w.contactAt = a.at.Add(-a.stats.LastContact)

@@ -168,9 +168,30 @@ func (b *batcher[Req, Res]) commit(batch []*pending[Req, Res]) {
 	}
 }
 
+func holderDetachedIn(reqs []*structs.VolumeClaimRequest) bool {
+	for _, r := range reqs {
+		if r.NodeDetached {
+			return true
+		}
+	}
+	return false
+}
+
 // commitClaims applies a claim batch entry.
 func (s *Server) commitClaims(reqs []*structs.VolumeClaimRequest) ([]*structs.ClaimResult, uint64, error) {
-	resp, index, err := applyAs[*structs.ClaimBatchResponse](s, structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: reqs})
+	t := structs.ClaimBatchRequestType
+	if holderDetachedIn(reqs) {
+		if s.AllServersSupport(structs.FeatureHolderDetached) {
+			t = structs.ClaimBatchDetachedRequestType
+		} else {
+			// Some server would not apply it: the releases take the
+			// servers' node detach (a no-op once the node did it).
+			for _, r := range reqs {
+				r.NodeDetached = false
+			}
+		}
+	}
+	resp, index, err := applyAs[*structs.ClaimBatchResponse](s, t, &structs.ClaimBatchRequest{Claims: reqs})
 	if err != nil {
 		return nil, index, err
 	}

@@ -473,6 +473,27 @@ func (s *Server) ServerVersion(id string) string {
 	return s.autopilot.versionOf(raft.ServerID(id))
 }
 
+// AllServersSupport implements endpoints.Cluster: only a leader knows
+// (its health checks ask every server), and every member of the Raft
+// configuration counts, voter or not. A server replaced by an older build
+// after its last answer stops at the first such entry instead of
+// diverging (the types carry no ignore flag).
+func (s *Server) AllServersSupport(f uint64) bool {
+	if structs.EntryFeatures&f != f || !s.IsLeader() {
+		return false
+	}
+	fut := s.raft.Raft.GetConfiguration()
+	if fut.Error() != nil {
+		return false
+	}
+	for _, srv := range fut.Configuration().Servers {
+		if string(srv.ID) != s.id && s.autopilot.featuresOf(srv.ID)&f != f {
+			return false
+		}
+	}
+	return true
+}
+
 // NodeRouter delivers calls to client nodes (tests inspect its sessions).
 func (s *Server) NodeRouter() *forward.NodeRouter { return s.nodes }
 

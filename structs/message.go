@@ -64,6 +64,17 @@ const (
 	// AllocGCRequestType removes terminal allocations that hold no claim
 	// (`claimd system gc`, and a benchmark's own cleanup).
 	AllocGCRequestType MessageType = 28
+	// ClaimBatchDetachedRequestType and AllocClientUpdateDetachedRequestType
+	// are ClaimBatch and AllocClientUpdate entries whose releases may carry
+	// the holding node's "node detached" statement (VolumeClaimRequest.
+	// NodeDetached, AllocClientUpdate.DetachedVolumes). Under types 9 and
+	// 8 the state machine ignores those fields, as a server older than them
+	// does, so no log replays differently. Written without the ignore flag
+	// (an older server that gets one stops rather than diverge), and only
+	// once every server in the configuration reports FeatureHolderDetached
+	// (PROTOTYPE, branch i41n).
+	ClaimBatchDetachedRequestType        MessageType = 29
+	AllocClientUpdateDetachedRequestType MessageType = 30
 )
 
 // MsgpackHandle is the one msgpack configuration used for the wire and the

@@ -21,7 +21,19 @@ type RaftStats struct {
 	// Version is the server's claimd build (version.Short); empty from a
 	// server older than the field.
 	Version string
+	// Features are the log-entry features this server applies (a bit set
+	// of Feature*): the leader writes an entry that needs one only once
+	// every server has reported it. Zero from a server older than the
+	// field.
+	Features uint64 `codec:",omitempty"`
 }
+
+// FeatureHolderDetached: the server applies ClaimBatchDetachedRequestType
+// and AllocClientUpdateDetachedRequestType.
+const FeatureHolderDetached uint64 = 1 << 0
+
+// EntryFeatures are the features this build applies.
+const EntryFeatures = FeatureHolderDetached
 
 // What the leader knows of a server's liveness (RaftServerHealth.Status).
 const (
