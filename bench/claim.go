@@ -79,7 +79,7 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 				}
 				k := (first + n) % len(p.vols)
 				t0 := time.Now()
-				_, err := cl.Claim(ctx, p.claim(k))
+				resp, err := cl.Claim(ctx, p.claim(k))
 				rec.add(false, t0, err)
 				if err != nil && refused(err) {
 					continue
@@ -87,9 +87,10 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 				// Release even past the window's end or after an interrupt,
 				// so that the pool is left with no live claim.
 				t1 := time.Now()
-				if holderDetaches {
+				if holderDetaches && resp != nil && resp.Claim != nil {
 					_, err = cl.Claim(context.WithoutCancel(ctx), &structs.VolumeClaimRequest{
-						VolumeID: p.vols[k], AllocID: p.allocs[k], Release: true, NodeDetached: true})
+						VolumeID: p.vols[k], AllocID: p.allocs[k], Release: true, NodeDetached: true,
+						ClaimIndex: resp.Claim.CreateIndex})
 				} else {
 					_, err = cl.Release(context.WithoutCancel(ctx), p.vols[k], p.allocs[k])
 				}

@@ -175,7 +175,7 @@ func (v *Volume) volumeChanged(volID string, index uint64, deadline time.Time) b
 func holderDetached(c *caller, srv *Deps, args *structs.VolumeClaimRequest) {
 	node, known := claimNode(srv, args)
 	if !known || !c.provedNode(node, nil) {
-		args.NodeDetached, args.NodeID = false, ""
+		args.NodeDetached, args.NodeID, args.ClaimIndex = false, "", 0
 		return
 	}
 	args.NodeID = node

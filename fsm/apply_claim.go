@@ -200,7 +200,7 @@ func releaseClaim(tx *txn, r *structs.VolumeClaimRequest) (*structs.Claim, error
 	v := cowVolume(old, tx.index)
 	live := old.LiveClaim(r.AllocID)
 	makePast(tx, v, r.AllocID)
-	if r.NodeDetached && holderSays(tx, live, r.NodeID) {
+	if r.NodeDetached && r.ClaimIndex != 0 && r.ClaimIndex == structs.ClaimTakenIndex(live) && holderSays(tx, live, r.NodeID) {
 		return releaseDetached(tx, v, r.AllocID), nil
 	}
 	ensurePendingEval(tx, v, structs.EvalTriggerClaimRelease)

@@ -11,7 +11,11 @@ import (
 
 func (h *harness) releaseDetachedBy(vol, alloc, node string) *structs.ClaimResult {
 	h.t.Helper()
-	return h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{VolumeID: vol, AllocID: alloc, Release: true, NodeDetached: true, NodeID: node})[0]
+	var taken uint64
+	if c := h.volume(vol).LiveClaim(alloc); c != nil {
+		taken = c.CreateIndex
+	}
+	return h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{VolumeID: vol, AllocID: alloc, Release: true, NodeDetached: true, NodeID: node, ClaimIndex: taken})[0]
 }
 
 // claimsAs applies a claim batch as entry type t.
@@ -160,5 +164,26 @@ func TestReleaseDetached_OldEntryTypesIgnoreTheStatement(t *testing.T) {
 		{ID: "a1", ClientStatus: structs.AllocClientComplete, DetachedVolumes: []string{"v1"}}}})
 	if c := h.volume("v1").PastClaims["a1"]; c == nil || c.State != structs.ClaimStateUnpublishing {
 		t.Fatalf("type 8: exp: unpublishing got: %+v", c)
+	}
+}
+
+// A statement is about one claim: a release naming the index of the
+// allocation's earlier claim (delayed, or sent again) does not skip the
+// node detach of the claim it holds now, nor does one naming none.
+func TestReleaseDetached_StatementAboutAnEarlierClaimIsIgnored(t *testing.T) {
+	h := newClaimedHarness(t, structs.AccessModeSingleNodeWriter)
+	first := h.volume("v1").LiveClaim("a1").CreateIndex
+	if r := h.releaseDetachedBy("v1", "a1", "n1"); r.Error != nil || r.Claim != nil {
+		t.Fatalf("first release: exp: freed got: %+v %v", r.Claim, r.Err())
+	}
+	h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
+	for _, idx := range []uint64{first, 0} {
+		r := h.claimsAs(structs.ClaimBatchDetachedRequestType, &structs.VolumeClaimRequest{
+			VolumeID: "v1", AllocID: "a1", Release: true, NodeDetached: true, NodeID: "n1", ClaimIndex: idx})[0]
+		if r.Error != nil || r.Claim == nil || r.Claim.State != structs.ClaimStateUnpublishing {
+			t.Fatalf("statement about index %d: exp: the current claim unpublishing (node detach by the servers) got: %+v %v", idx, r.Claim, r.Err())
+		}
+		h.checkpoint(&structs.ClaimCheckpointRequest{VolumeID: "v1", AllocID: "a1", State: structs.ClaimStateFreed, NodeDetached: true})
+		h.mustClaim("v1", "a1", "n1", structs.ClaimModeWrite)
 	}
 }

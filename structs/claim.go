@@ -177,6 +177,13 @@ type VolumeClaimRequest struct {
 	// while a newer one frees the claim: the real change needs a new entry
 	// type written only once every server supports it (notes-i41n.md).
 	NodeDetached bool `codec:",omitempty"`
+	// ClaimIndex, with NodeDetached, is the Raft index at which the claim
+	// the node detached was taken (its CreateIndex, as the claim's answer
+	// gave it): the statement is about that claim only, never about a
+	// later claim of the same allocation on the same volume (a delayed or
+	// resent release must not skip the node detach of a claim that is
+	// mounted). Without it the statement is not honoured.
+	ClaimIndex uint64 `codec:",omitempty"`
 	WriteRequest
 }
 
@@ -198,7 +205,7 @@ func (r *VolumeClaimRequest) Validate() error {
 	if r.Release {
 		return nil
 	}
-	if r.NodeDetached {
+	if r.NodeDetached || r.ClaimIndex != 0 {
 		return Invalid("node_detached", "is a release's statement; a claim cannot make it")
 	}
 	if err := ValidateID("node_id", r.NodeID); err != nil {

@@ -26,8 +26,8 @@ const (
 	codecValueMap  = 9
 	claimReqFields = 11
 	// claimReqOptional are the fields written only when set (omitempty):
-	// Wait, NodeDetached.
-	claimReqOptional = 2
+	// Wait, NodeDetached, ClaimIndex.
+	claimReqOptional = 3
 )
 
 // plainVolumeClaimRequest has VolumeClaimRequest's fields and none of its
@@ -57,12 +57,21 @@ func (r *VolumeClaimRequest) CodecEncodeSelf(e *codec.Encoder) {
 	if r.NodeDetached {
 		fields++ // omitempty, as Wait
 	}
+	if r.ClaimIndex != 0 {
+		fields++ // omitempty, as Wait
+	}
 	ee.WriteMapStart(fields)
 	// In the order go-msgpack writes struct fields: sorted by name.
 	str("AccessMode", string(r.AccessMode))
 	str("AllocID", r.AllocID)
 	str("AttachmentMode", string(r.AttachmentMode))
 	str("AuthToken", r.AuthToken)
+	if r.ClaimIndex != 0 {
+		ee.WriteMapElemKey()
+		ee.EncodeStringEnc(codecUTF8, "ClaimIndex")
+		ee.WriteMapElemValue()
+		ee.EncodeUint(r.ClaimIndex)
+	}
 	str("ExternalNodeID", r.ExternalNodeID)
 	boolean("Forwarded", r.Forwarded)
 	str("Mode", string(r.Mode))
@@ -137,6 +146,11 @@ func (r *VolumeClaimRequest) CodecDecodeSelf(d *codec.Decoder) {
 			r.Release = boolean()
 		case "NodeDetached":
 			r.NodeDetached = boolean()
+		case "ClaimIndex":
+			r.ClaimIndex = 0
+			if !dd.TryDecodeAsNil() {
+				r.ClaimIndex = dd.DecodeUint64()
+			}
 		case "Wait":
 			r.Wait = 0
 			if !dd.TryDecodeAsNil() {

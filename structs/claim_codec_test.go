@@ -27,6 +27,10 @@ func randomClaimRequest(r *rand.Rand) *VolumeClaimRequest {
 			case reflect.Int64:
 				// A duration (Wait), zero half the time (omitempty).
 				f.SetInt(int64(r.Intn(2)) * int64(r.Intn(1e9)))
+			case reflect.Uint64:
+				// An index (ClaimIndex), zero half the time (omitempty);
+				// large ones too, for msgpack's wider encodings.
+				f.SetUint(uint64(r.Intn(2)) * uint64(r.Int63()))
 			case reflect.Struct:
 				fill(f)
 			default:
