@@ -2,18 +2,13 @@ package bench
 
 import (
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/claimd/claimd/api"
 	"github.com/claimd/claimd/structs"
 )
-
-// holderDetaches (PROTOTYPE, branch i41n): the simulated node's releases
-// say it has node-detached the claim itself, which is true (it mounts
-// nothing). Set CLAIMD_BENCH_HOLDER_DETACHES=1; an older server ignores it.
-var holderDetaches = os.Getenv("CLAIMD_BENCH_HOLDER_DETACHES") == "1"
 
 // claimRuns measures claim+release of distinct volumes. One pool of
 // (alloc, volume) pairs serves every run: runs take pairs in order, each
@@ -87,13 +82,7 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 				// Release even past the window's end or after an interrupt,
 				// so that the pool is left with no live claim.
 				t1 := time.Now()
-				if holderDetaches && resp != nil && resp.Claim != nil {
-					_, err = cl.Claim(context.WithoutCancel(ctx), &structs.VolumeClaimRequest{
-						VolumeID: p.vols[k], AllocID: p.allocs[k], Release: true, NodeDetached: true,
-						ClaimIndex: resp.Claim.CreateIndex})
-				} else {
-					_, err = cl.Release(context.WithoutCancel(ctx), p.vols[k], p.allocs[k])
-				}
+				err = r.release(context.WithoutCancel(ctx), cl, p.vols[k], p.allocs[k], resp)
 				rec.add(true, t1, err)
 			}
 		}()
@@ -116,4 +105,21 @@ func (r *runner) claimRun(ctx context.Context, p *pairs, first, avail int, res *
 	res.fill(m, secs)
 	res.setCycles(res.Releases)
 	return used, nil
+}
+
+// release ends the simulated node's claim of volID for allocID. With the
+// claim's answer in hand (and unless ServersDetach) it says, as an agent's
+// terminal report does, that the node has node-detached that claim itself
+// (true: the simulated node mounts nothing), naming the claim by the index
+// it was taken at; the servers then free it in the release entry instead of
+// driving a node detach (decision 61).
+func (r *runner) release(ctx context.Context, cl *api.Client, volID, allocID string, claimed *structs.VolumeClaimResponse) error {
+	if r.cfg.ServersDetach || claimed == nil || claimed.Claim == nil {
+		_, err := cl.Release(ctx, volID, allocID)
+		return err
+	}
+	_, err := cl.Claim(ctx, &structs.VolumeClaimRequest{
+		VolumeID: volID, AllocID: allocID, Release: true,
+		NodeDetached: true, ClaimIndex: claimed.Claim.CreateIndex})
+	return err
 }

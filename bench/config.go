@@ -119,6 +119,13 @@ type Config struct {
 	PauseFile string
 	// KeepState skips the final cleanup (deregistering volumes and node).
 	KeepState bool
+	// ServersDetach (claim and contended modes): the simulated node's
+	// releases do not say it node-detached the claim, so the servers drive
+	// a node detach per release, as they do for an agent older than the
+	// statement (decision 61). By default a release carries the statement,
+	// as an agent's terminal report does; it is true here: the simulated
+	// node mounts nothing.
+	ServersDetach bool
 	// HandoffNode is the client node (ID, unique ID prefix or name) the
 	// handoff mode places its allocations on (default: the first ready
 	// node with HandoffPlugin healthy); HandoffPlugin the plugin of its

@@ -100,7 +100,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 				alloc := allocID(i, v, c.gen[v])
 				req := &structs.VolumeClaimRequest{VolumeID: vols[v], AllocID: alloc, NodeID: r.node.id, Mode: structs.ClaimModeWrite}
 				t0 := time.Now()
-				_, err := cl.Claim(ctx, req)
+				resp, err := cl.Claim(ctx, req)
 				in := c.rec.add(false, t0, err)
 				if err != nil && refused(err) {
 					continue
@@ -113,7 +113,7 @@ func (r *runner) contendedRun(ctx context.Context, runID string, vols []string, 
 					time.Sleep(r.cfg.Hold)
 				}
 				till := time.Now()
-				_, rerr := cl.Release(context.WithoutCancel(ctx), vols[v], alloc)
+				rerr := r.release(context.WithoutCancel(ctx), cl, vols[v], alloc, resp)
 				c.rec.add(true, till, rerr)
 				if err == nil {
 					c.holds[v] = append(c.holds[v], hold{alloc: alloc, from: from, till: till})

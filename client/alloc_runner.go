@@ -379,11 +379,10 @@ func retryableClaimError(err error) bool {
 	return structs.IsRetryable(err) || errors.Is(err, structs.ErrUnschedulable) || errors.Is(err, structs.ErrShutdown)
 }
 
-// stop reports a stopped allocation complete. PROTOTYPE (branch i41n):
-// it first node-detaches the volumes it holds for the allocation itself
-// and says so in the report (stop_detach.go); a volume it could not
-// unmount is left to the servers' node detach, as every volume was
-// before (seed 2).
+// stop reports a stopped allocation complete. It first node-detaches the
+// volumes it holds for the allocation itself and says so in the report
+// (stop_detach.go, decision 61); a volume it could not unmount is left to
+// the servers' node detach, as every volume was before.
 func (r *allocRunner) stop(ctx context.Context, alloc *structs.Alloc) bool {
 	detached := r.detachOwn(ctx, alloc.ID)
 	return r.reportDetached(ctx, alloc.ID, structs.AllocClientComplete, "stopped", detached)

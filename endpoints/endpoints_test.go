@@ -54,6 +54,9 @@ func (f *fakeForwarder) sent() []string {
 type fakeCluster struct {
 	leader, acl bool
 	verifyErr   error // what VerifyLeader answers
+	// features: every server has reported the entry features asked of
+	// AllServersSupport.
+	features bool
 }
 
 func (c *fakeCluster) IsLeader() bool                       { return c.leader }
@@ -63,7 +66,7 @@ func (c *fakeCluster) ServerAddrs() []string                { return []string{"1
 func (c *fakeCluster) RaftMemberHost(string) bool           { return false }
 func (c *fakeCluster) ServerName(string) string             { return "" }
 func (c *fakeCluster) ServerVersion(string) string          { return "" }
-func (c *fakeCluster) AllServersSupport(uint64) bool        { return false }
+func (c *fakeCluster) AllServersSupport(uint64) bool        { return c.features }
 func (c *fakeCluster) Hello(*structs.HelloRequest) *structs.HelloResponse {
 	return &structs.HelloResponse{}
 }

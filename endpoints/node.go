@@ -357,16 +357,6 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 	if done {
 		return err
 	}
-	// What a node unmounted only the node itself can say (its secret, not
-	// a node:write token); anyone else's list is dropped, and those
-	// releases take the servers' node detach (PROTOTYPE, branch i41n).
-	if args.NodeID == "" || !c.provedNode(args.NodeID, nil) {
-		for _, u := range args.Allocs {
-			if u != nil {
-				u.DetachedVolumes = nil
-			}
-		}
-	}
 	if len(args.Allocs) == 0 {
 		return structs.Invalid("allocs", "at least one update is required")
 	}
@@ -379,6 +369,17 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 		}
 		if !u.ClientStatus.Valid() {
 			return structs.Invalid(fmt.Sprintf("allocs[%d].client_status", i), fmt.Sprintf("%q is not one of %v", u.ClientStatus, structs.AllocClientStatuses))
+		}
+		if err := u.ValidateDetached(fmt.Sprintf("allocs[%d].detached_volumes", i)); err != nil {
+			return err
+		}
+	}
+	// What a node unmounted only the node itself can say (its secret, not
+	// a node:write token); anyone else's list is dropped, and those
+	// releases take the servers' node detach (decision 61).
+	if args.NodeID == "" || !c.provedNode(args.NodeID, nil) {
+		for _, u := range args.Allocs {
+			u.DetachedVolumes = nil
 		}
 	}
 	args.CleanText() // a client description is shown to operators
@@ -444,6 +445,7 @@ func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 		})
 }
 
+// detachedIn reports whether any update carries the node's statement.
 func detachedIn(args *structs.AllocClientUpdateRequest) bool {
 	for _, u := range args.Allocs {
 		if u != nil && len(u.DetachedVolumes) > 0 {

@@ -25,6 +25,9 @@ type mNode struct {
 	maxVols        int // max_volumes_per_node of hostdir, 0 = none
 	// snmw: hostdir on the node advertises SINGLE_NODE_MULTI_WRITER.
 	snmw bool
+	// needsController: hostdir on the node says it requires a controller
+	// plugin (a claim the node detached itself then waits for one).
+	needsController bool
 }
 
 type mAlloc struct {
@@ -49,6 +52,7 @@ type mClaim struct {
 	node  string
 	mode  structs.ClaimMode
 	state structs.ClaimState
+	taken uint64 // the index of the entry that took it
 }
 
 func (c *mClaim) past() bool { return c.state != structs.ClaimStateTaken }
@@ -101,13 +105,13 @@ func (m *model) deregisterVolume(id string, force bool) structs.ErrorCode {
 	return okCode
 }
 
-func (m *model) registerNode(id string, healthy bool, maxVols int, snmw bool) structs.ErrorCode {
+func (m *model) registerNode(id string, healthy bool, maxVols int, snmw, needsController bool) structs.ErrorCode {
 	n := m.nodes[id]
 	if n == nil {
 		n = &mNode{}
 		m.nodes[id] = n
 	}
-	n.ready, n.healthy, n.maxVols, n.snmw = true, healthy, maxVols, snmw
+	n.ready, n.healthy, n.maxVols, n.snmw, n.needsController = true, healthy, maxVols, snmw, needsController
 	return okCode
 }
 
@@ -176,19 +180,66 @@ func (m *model) stop(id string) structs.ErrorCode {
 	return okCode
 }
 
-func (m *model) clientUpdate(id string, status structs.AllocClientStatus, index uint64) structs.ErrorCode {
+// clientUpdate: node is the reporting node ("" for none), detached the
+// volumes it says it node-detached itself (nil where the entry type does
+// not honour them).
+func (m *model) clientUpdate(id string, status structs.AllocClientStatus, index uint64, node string, detached []string) structs.ErrorCode {
 	a := m.allocs[id]
 	if a == nil {
 		return structs.CodeNotFound
+	}
+	if node != "" && a.node != node {
+		return structs.CodePermissionDenied
 	}
 	if a.terminal() {
 		return okCode
 	}
 	a.status = status
 	if a.terminal() {
+		for _, vol := range detached {
+			if c := m.claims[vol][id]; c != nil && !c.past() && c.node == node && a.request(vol) != nil {
+				m.nodeDetached(vol, id, index)
+			}
+		}
 		m.releaseAlloc(id, index)
 	}
 	return okCode
+}
+
+// controllerRequired: some registered node (ready or down) says hostdir
+// needs a controller plugin.
+func (m *model) controllerRequired() bool {
+	for _, n := range m.nodes {
+		if n.needsController {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeDetached: the holding node's statement, honoured. The claim is freed
+// when no node's plugin needs a controller detach, else it waits at
+// node-detached for the controller's. No node left: the plugin is unknown,
+// so it waits too.
+func (m *model) nodeDetached(vol, aid string, index uint64) {
+	if len(m.nodes) == 0 || m.controllerRequired() {
+		m.claims[vol][aid].state = structs.ClaimStateNodeDetached
+		m.ensureEval(vol, index)
+		return
+	}
+	delete(m.claims[vol], aid)
+	if len(m.claims[vol]) == 0 {
+		delete(m.claims, vol)
+	}
+	if m.hasPast(vol) {
+		m.ensureEval(vol, index)
+		return
+	}
+	for _, e := range m.evals {
+		if e.vol == vol && e.status == structs.EvalStatusPending {
+			e.status = structs.EvalStatusComplete
+		}
+	}
 }
 
 // releaseAlloc: every claim of a terminal alloc becomes past, and each
@@ -254,6 +305,10 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 	cs := m.claims[r.VolumeID]
 	if r.Release {
 		if c := cs[r.AllocID]; c != nil && !c.past() {
+			if r.NodeDetached && r.ClaimIndex == c.taken && c.node == r.NodeID {
+				m.nodeDetached(r.VolumeID, r.AllocID, index)
+				return okCode, false
+			}
 			c.state = structs.ClaimStateUnpublishing
 			m.ensureEval(r.VolumeID, index)
 		}
@@ -281,7 +336,9 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 	}
 	if n := m.nodes[r.NodeID]; n == nil {
 		return structs.CodeNotFound, false
-	} else if !n.ready || !n.healthy {
+	} else if !n.ready || !n.healthy || m.controllerRequired() {
+		// No node runs a controller plugin here: a plugin that needs
+		// one takes no claim.
 		return structs.CodeUnschedulable, false
 	} else if mode.NeedsSingleNodeMultiWriter() && !n.snmw {
 		return structs.CodeInvalid, false
@@ -324,7 +381,7 @@ func (m *model) claim(r *structs.VolumeClaimRequest, index uint64) (structs.Erro
 		cs = map[string]*mClaim{}
 		m.claims[r.VolumeID] = cs
 	}
-	cs[r.AllocID] = &mClaim{node: r.NodeID, mode: r.Mode, state: structs.ClaimStateTaken}
+	cs[r.AllocID] = &mClaim{node: r.NodeID, mode: r.Mode, state: structs.ClaimStateTaken, taken: index}
 	return okCode, true
 }
 

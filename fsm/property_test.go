@@ -188,12 +188,16 @@ func (r *propRun) registerNodeID(t *rapid.T, id string) {
 	maxVols := rapid.IntRange(0, 2).Draw(t, "max_volumes")
 	// Whether the plugin takes the CSI 1.5 single-node modes.
 	snmw := rapid.IntRange(0, 3).Draw(t, "snmw") > 0
+	// Rarely a plugin that needs a controller detach: a claim its node
+	// detached itself then stops at node-detached.
+	needsController := rapid.IntRange(0, 5).Draw(t, "needs_controller") == 0
 	n := testNode(id)
+	n.CSINodePlugins["hostdir"].RequiresControllerPlugin = needsController
 	n.CSINodePlugins["hostdir"].Healthy = healthy
 	n.CSINodePlugins["hostdir"].MaxVolumes = int64(maxVols)
 	n.CSINodePlugins["hostdir"].NodeCapabilities = &structs.CSINodeCapabilities{SingleNodeMultiWriter: snmw}
 	resp := r.apply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
-	r.expect("register node "+id, r.m.registerNode(id, healthy, maxVols, snmw), resp)
+	r.expect("register node "+id, r.m.registerNode(id, healthy, maxVols, snmw, needsController), resp)
 }
 
 func (r *propRun) nodeDown(t *rapid.T) {
@@ -238,12 +242,29 @@ func (r *propRun) stop(t *rapid.T) {
 	r.expect("stop "+id, r.m.stop(id), resp)
 }
 
+// clientUpdate is a node's status report: without a node (as the earliest
+// tests had it), or from a node that may say which volumes it detached
+// itself (decision 61). Only type-30 entries honour that; type 8 ignores
+// it, as a server older than the statement does.
 func (r *propRun) clientUpdate(t *rapid.T) {
 	id := r.drawAlloc(t)
 	status := rapid.SampledFrom(structs.AllocClientStatuses).Draw(t, "status")
-	resp := r.apply(structs.AllocClientUpdateRequestType, &structs.AllocClientUpdateRequest{
-		Allocs: []*structs.AllocClientUpdate{{ID: id, ClientStatus: status}}})
-	r.expect("client update "+id, r.m.clientUpdate(id, status, r.index), resp)
+	u := &structs.AllocClientUpdate{ID: id, ClientStatus: status}
+	req := &structs.AllocClientUpdateRequest{Allocs: []*structs.AllocClientUpdate{u}}
+	mt := structs.AllocClientUpdateRequestType
+	var honoured []string
+	if a := r.m.allocs[id]; a != nil && rapid.Bool().Draw(t, "from_node") {
+		req.NodeID = a.node
+		if rapid.IntRange(0, 9).Draw(t, "wrongNode") == 0 {
+			req.NodeID = rapid.SampledFrom(propNodes).Draw(t, "node")
+		}
+		u.DetachedVolumes = rapid.SliceOfDistinct(rapid.SampledFrom(propVols), func(s string) string { return s }).Draw(t, "detached")
+		if rapid.IntRange(0, 3).Draw(t, "old_type") > 0 {
+			mt, honoured = structs.AllocClientUpdateDetachedRequestType, u.DetachedVolumes
+		}
+	}
+	resp := r.apply(mt, req)
+	r.expect("client update "+id, r.m.clientUpdate(id, status, r.index, req.NodeID, honoured), resp)
 }
 
 func (r *propRun) claimBatch(t *rapid.T) {
@@ -269,13 +290,35 @@ func (r *propRun) claimBatch(t *rapid.T) {
 			Mode:    rapid.SampledFrom([]structs.ClaimMode{structs.ClaimModeRead, structs.ClaimModeWrite}).Draw(t, "mode"),
 			Release: rapid.IntRange(0, 3).Draw(t, "release") == 0,
 		}
+		// A release may carry the holder's statement (decision 61): about
+		// the claim it holds, or (rarely) about an earlier one.
+		if reqs[i].Release && rapid.Bool().Draw(t, "node_detached") {
+			reqs[i].NodeDetached = true
+			if c := r.m.claims[vol][alloc]; c != nil {
+				reqs[i].ClaimIndex = c.taken
+			}
+			if rapid.IntRange(0, 5).Draw(t, "stale_index") == 0 {
+				reqs[i].ClaimIndex = uint64(rapid.IntRange(0, int(r.index)).Draw(t, "claim_index"))
+			}
+		}
 	}
-	resp := r.apply(structs.ClaimBatchRequestType, &structs.ClaimBatchRequest{Claims: reqs})
+	// Type 29 honours the statements; type 9 ignores them, as a server
+	// older than them does.
+	mt := structs.ClaimBatchRequestType
+	if rapid.Bool().Draw(t, "detached_type") {
+		mt = structs.ClaimBatchDetachedRequestType
+	}
+	resp := r.apply(mt, &structs.ClaimBatchRequest{Claims: reqs})
 	br, ok := resp.(*structs.ClaimBatchResponse)
 	if !ok || len(br.Results) != n {
 		t.Fatalf("claim batch: exp: %d results got: %#v", n, resp)
 	}
 	for i, req := range reqs {
+		if mt == structs.ClaimBatchRequestType {
+			q := *req
+			q.NodeDetached = false
+			req = &q
+		}
 		want, wantNew := r.m.claim(req, r.index)
 		res := br.Results[i]
 		got := okCode

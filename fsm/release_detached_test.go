@@ -6,7 +6,7 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// PROTOTYPE (branch i41n): a release carrying the holding node's
+// Tests of a release carrying the holding node's
 // statement that it has node-detached the claim itself.
 
 func (h *harness) releaseDetachedBy(vol, alloc, node string) *structs.ClaimResult {

@@ -12,7 +12,7 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// PROTOTYPE (branch i41n): the leader writes an entry that needs a feature
+// The leader writes an entry that needs a feature
 // only once every server in the Raft configuration, non-voters included,
 // has reported it; a member never heard from counts as without it.
 func TestAllServersSupport_EveryMemberMustHaveReportedTheFeature(t *testing.T) {

@@ -162,10 +162,32 @@ type AllocClientUpdate struct {
 	// last user here) for this allocation before reporting: their release
 	// records node-detached in this entry, or frees the claim when no
 	// controller detach is needed. Kept only from the node itself (its
-	// secret); see VolumeClaimRequest.NodeDetached.
-	//
-	// PROTOTYPE (branch i41n): not gated for a rolling upgrade.
+	// secret), and honoured only in an AllocClientUpdateDetachedRequestType
+	// entry; see VolumeClaimRequest.NodeDetached.
 	DetachedVolumes []string `codec:",omitempty"`
+}
+
+// ValidateDetached checks DetachedVolumes (field names it in the error):
+// volume IDs, each once, and only on a terminal status (the state machine
+// reads the list only when the allocation ends).
+func (u *AllocClientUpdate) ValidateDetached(field string) error {
+	if len(u.DetachedVolumes) == 0 {
+		return nil
+	}
+	if !u.ClientStatus.Terminal() {
+		return Invalid(field, fmt.Sprintf("only a terminal status may carry it, not %q", u.ClientStatus))
+	}
+	seen := make(map[string]bool, len(u.DetachedVolumes))
+	for i, id := range u.DetachedVolumes {
+		if err := ValidateID(fmt.Sprintf("%s[%d]", field, i), id); err != nil {
+			return err
+		}
+		if seen[id] {
+			return Invalid(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q is given twice", id))
+		}
+		seen[id] = true
+	}
+	return nil
 }
 
 // AllocClientUpdateRequest carries a node's allocation updates. An update to

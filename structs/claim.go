@@ -170,12 +170,9 @@ type VolumeClaimRequest struct {
 	// needs no controller detach. Only the node that holds the claim,
 	// proved by its own secret, may say it: the endpoint clears it for any
 	// other caller and names the proved node in NodeID, and the state
-	// machine honours it only for a claim of that node.
-	//
-	// PROTOTYPE (branch i41n): not gated for a rolling upgrade. An older
-	// server ignores the field and would apply the release as unpublishing
-	// while a newer one frees the claim: the real change needs a new entry
-	// type written only once every server supports it (notes-i41n.md).
+	// machine honours it only for a claim of that node, and only in a
+	// ClaimBatchDetachedRequestType entry (an older server ignores the
+	// field: see there, and decision 61).
 	NodeDetached bool `codec:",omitempty"`
 	// ClaimIndex, with NodeDetached, is the Raft index at which the claim
 	// the node detached was taken (its CreateIndex, as the claim's answer

@@ -72,7 +72,7 @@ const (
 	// does, so no log replays differently. Written without the ignore flag
 	// (an older server that gets one stops rather than diverge), and only
 	// once every server in the configuration reports FeatureHolderDetached
-	// (PROTOTYPE, branch i41n).
+	// (decision 61).
 	ClaimBatchDetachedRequestType        MessageType = 29
 	AllocClientUpdateDetachedRequestType MessageType = 30
 )

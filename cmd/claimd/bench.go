@@ -99,6 +99,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	idle := fs.Duration("idle", 30*time.Second, "scale: the idle window (heartbeats only)")
 	takeover := fs.Bool("takeover", false, "scale: after the idle window, kill the leader and time the takeover")
 	pauseFile := fs.String("pause-file", "", "scale: after the idle window wait, nodes heartbeating, until this file exists (at most 10 min)")
+	serversDetach := fs.Bool("servers-detach", false, "claim, contended: releases do not say the simulated node detached the claim itself, so the servers drive a node detach per release (as for an agent older than that statement)")
 	keep := fs.Bool("keep", false, "leave the volumes and the simulated node registered at the end")
 	handoffNode := fs.String("node", "", "handoff: the client node to run on (ID, ID prefix or name; default the first ready node with -plugin healthy)")
 	handoffPlugin := fs.String("plugin", "hostdir", "handoff: the node plugin of the volumes (any plugin the node runs, by its ID)")
@@ -137,6 +138,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		CallTimeout:   x.conn.timeout,
 		DrainTimeout:  *drainTimeout,
 		KeepState:     *keep,
+		ServersDetach: *serversDetach,
 		Nodes:         *nodes,
 		NodeSessions:  *nodeSessions,
 		Settle:        *settle,
