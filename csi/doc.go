@@ -25,8 +25,8 @@
 //     it as a usage file, unless its caller keeps such a record itself
 //     (CallerRecordsUsage: the client agent's held-claims record) and
 //     hands it over at start. Usage is never rolled back on a failed
-//     mount: release is server-driven (seed 2), and the server's detach
-//     always ends in UnmountVolume for that allocation.
+//     mount: release ends in UnmountVolume for that allocation, the
+//     agent's own at the stop or the servers' detach (seed 2, decision 61).
 //
 //   - The plugin manager probes in rounds from one goroutine and reports the
 //     whole set of fingerprints through a callback only when something
