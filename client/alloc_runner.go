@@ -344,7 +344,7 @@ func (r *allocRunner) mountHeld(ctx context.Context, mm *csi.MountManager, vol *
 	if err := r.a.held.add(held); err != nil {
 		return err
 	}
-	info, err := mm.MountVolume(ctx, vol, allocID, readOnly, pctx)
+	info, err := r.mountToTheEnd(ctx, mm, vol, allocID, readOnly, pctx)
 	if err != nil {
 		return err
 	}
@@ -363,6 +363,23 @@ func (r *allocRunner) mountHeld(ctx context.Context, mm *csi.MountManager, vol *
 		return structs.NewError(structs.CodeUnavailable, "the node fenced itself while the volume was being mounted")
 	}
 	return nil
+}
+
+// mountToTheEnd is MountVolume that an allocation's stop does not cut short
+// once the plugin has been called: the stop's own unmount (decision 61)
+// must come after the plugin has finished the publish, since a cancelled
+// gRPC call may still be running in the plugin and the CSI spec lets a
+// plugin expect one call per volume at a time. Only the agent's shutdown
+// and the call timeout end it. A mount that completes after the stop is
+// undone by the stop task, which starts only once this task has ended.
+func (r *allocRunner) mountToTheEnd(ctx context.Context, mm *csi.MountManager, vol *structs.Volume, allocID string,
+	readOnly bool, pctx map[string]string) (*csi.MountInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithTimeout(r.a.ctx, callTimeout)
+	defer cancel()
+	return mm.MountVolume(mctx, vol, allocID, readOnly, pctx)
 }
 
 // retryableClaimError: the claim may succeed later. A server that answers
