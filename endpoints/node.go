@@ -393,8 +393,11 @@ func (n *Node) UpdateAlloc(args *structs.AllocClientUpdateRequest, reply *struct
 			}
 		}
 	}
-	_, index, err := n.srv.Apply(t, args)
+	resp, index, err := n.srv.Apply(t, args)
 	reply.Index = index
+	if r, ok := resp.(*structs.AllocClientUpdateResponse); ok && r.HolderDetached > 0 {
+		countHolderDetached(r.HolderDetached)
+	}
 	return err
 }
 

@@ -106,6 +106,7 @@ func applyAllocStop(tx *txn, req *structs.AllocStopRequest) (any, error) {
 // entry, so there is no index at which an allocation is terminal but still
 // holds a live claim.
 func applyAllocClientUpdate(tx *txn, req *structs.AllocClientUpdateRequest) (any, error) {
+	var resp structs.AllocClientUpdateResponse
 	if len(req.Allocs) == 0 {
 		return nil, structs.Invalid("allocs", "must not be empty")
 	}
@@ -145,8 +146,8 @@ func applyAllocClientUpdate(tx *txn, req *structs.AllocClientUpdateRequest) (any
 		a.ModifyIndex = tx.index
 		tx.put(TableAllocs, a)
 		if a.Terminal() {
-			releaseAllocClaimsDetached(tx, a, structs.EvalTriggerAllocTerminal, req.NodeID, u.DetachedVolumes)
+			resp.HolderDetached += releaseAllocClaimsDetached(tx, a, structs.EvalTriggerAllocTerminal, req.NodeID, u.DetachedVolumes)
 		}
 	}
-	return nil, nil
+	return &resp, nil
 }

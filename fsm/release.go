@@ -78,8 +78,9 @@ func releaseAllocClaims(tx *txn, a *structs.Alloc, trigger string) {
 // releaseAllocClaimsDetached is releaseAllocClaims with the node's word
 // that it node-detached the volumes in detached (AllocClientUpdate.
 // DetachedVolumes): a live claim of node on one of them passes
-// node-detached in this entry (releaseDetached).
-func releaseAllocClaimsDetached(tx *txn, a *structs.Alloc, trigger, node string, detached []string) {
+// node-detached in this entry (releaseDetached). It returns how many did.
+func releaseAllocClaimsDetached(tx *txn, a *structs.Alloc, trigger, node string, detached []string) int {
+	honoured := 0
 	ids := make([]string, 0, len(a.Volumes))
 	for _, r := range a.Volumes {
 		ids = append(ids, r.VolumeID)
@@ -97,9 +98,11 @@ func releaseAllocClaimsDetached(tx *txn, a *structs.Alloc, trigger, node string,
 		makePast(tx, v, a.ID)
 		if live != nil && slices.Contains(detached, id) && holderSays(tx, live, node) {
 			releaseDetached(tx, v, a.ID)
+			honoured++
 			continue
 		}
 		ensurePendingEval(tx, v, trigger)
 		tx.put(TableVolumes, v)
 	}
+	return honoured
 }

@@ -466,6 +466,7 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 	for id, srv := range st.Servers {
 		h := structs.RaftServerHealth{
 			ID: string(id), Name: srv.Server.Name, Address: string(srv.Server.Address), Version: d.s.ServerVersion(string(id)),
+			Features: structs.FeatureNames(d.s.featuresOf(id)),
 			Leader: srv.State == autopilot.RaftLeader, Voter: srv.HasVotingRights(),
 			Status: structs.RaftServerAlive, Healthy: srv.Health.Healthy, StableSince: srv.Health.StableSince,
 			LastContact: structs.HumanDuration(srv.Stats.LastContact), LastTerm: srv.Stats.LastTerm, LastIndex: srv.Stats.LastIndex,
@@ -480,6 +481,11 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 			h.IndexLag = leaderIndex - srv.Stats.LastIndex
 		}
 		out.Servers = append(out.Servers, h)
+	}
+	for f := uint64(1); f != 0 && f <= structs.EntryFeatures; f <<= 1 {
+		if structs.EntryFeatures&f != 0 && d.s.AllServersSupport(f) {
+			out.EntryFeatures = append(out.EntryFeatures, structs.FeatureNames(f)...)
+		}
 	}
 	// Leader first, then by name and ID: a stable order for operators.
 	sort.Slice(out.Servers, func(i, j int) bool {

@@ -36,6 +36,9 @@ type Server struct {
 	logger hclog.Logger
 	id     string
 	addr   string
+	// holderDetachOpen: the last answer of AllServersSupport for
+	// FeatureHolderDetached, to log when it changes.
+	holderDetachOpen atomic.Bool
 
 	listener net.Listener
 	stream   *raftnode.StreamLayer
@@ -479,6 +482,27 @@ func (s *Server) ServerVersion(id string) string {
 // after its last answer stops at the first such entry instead of
 // diverging (the types carry no ignore flag).
 func (s *Server) AllServersSupport(f uint64) bool {
+	ok := s.allServersSupport(f)
+	if f == structs.FeatureHolderDetached && s.holderDetachOpen.Swap(ok) != ok {
+		if ok {
+			s.logger.Info("every server applies the holder-detached entries: a release the holding node detached itself is recorded in its own entry")
+		} else {
+			s.logger.Info("not every server has reported the holder-detached entries (a server of an older build, or one not heard from yet): the servers drive every node detach")
+		}
+	}
+	return ok
+}
+
+// featuresOf is a server's entry features as it last told this leader (this
+// server's own: the build's).
+func (s *Server) featuresOf(id raft.ServerID) uint64 {
+	if string(id) == s.id {
+		return structs.EntryFeatures
+	}
+	return s.autopilot.featuresOf(id)
+}
+
+func (s *Server) allServersSupport(f uint64) bool {
 	if structs.EntryFeatures&f != f || !s.IsLeader() {
 		return false
 	}

@@ -167,6 +167,14 @@ type AllocClientUpdate struct {
 	DetachedVolumes []string `codec:",omitempty"`
 }
 
+// AllocClientUpdateResponse is the state machine's answer to a node's
+// updates (the leader's, never logged): HolderDetached counts the claims
+// whose release the entry recorded as node-detached by the node itself
+// (decision 61; the leader's claimd.release.holder_detached).
+type AllocClientUpdateResponse struct {
+	HolderDetached int
+}
+
 // ValidateDetached checks DetachedVolumes (field names it in the error):
 // volume IDs, each once, and only on a terminal status (the state machine
 // reads the list only when the allocation ends).

@@ -35,6 +35,16 @@ const FeatureHolderDetached uint64 = 1 << 0
 // EntryFeatures are the features this build applies.
 const EntryFeatures = FeatureHolderDetached
 
+// FeatureNames names the features in f, for operators
+// (`claimd operator raft health`).
+func FeatureNames(f uint64) []string {
+	var out []string
+	if f&FeatureHolderDetached != 0 {
+		out = append(out, "holder-detached")
+	}
+	return out
+}
+
 // What the leader knows of a server's liveness (RaftServerHealth.Status).
 const (
 	// RaftServerAlive: the server answered the leader recently.
@@ -60,6 +70,9 @@ type RaftServerHealth struct {
 	// Version is the server's claimd build as it last answered the leader
 	// (empty: not yet, or a server older than the field).
 	Version string `json:"version,omitempty"`
+	// Features are the log-entry features the server said it applies
+	// (FeatureNames), as it last answered the leader.
+	Features []string `json:"features,omitempty"`
 	// Status is RaftServerAlive, RaftServerUnreachable or RaftServerFailed.
 	Status string `json:"status"`
 	// Healthy: alive, in contact with the leader within the threshold, on
@@ -88,6 +101,12 @@ type RaftHealthResponse struct {
 	FailureTolerance int                `json:"failure_tolerance"`
 	LeaderID         string             `json:"leader_id"`
 	Servers          []RaftServerHealth `json:"servers"`
+	// EntryFeatures are the features every server in the configuration
+	// has reported: the leader writes the entries that need them (for
+	// holder-detached, decision 61: the holding node's own node detach is
+	// recorded in the release entry). A feature missing here while every
+	// server runs a build that has it: a server has not answered yet.
+	EntryFeatures []string `json:"entry_features,omitempty"`
 
 	// The thresholds the verdicts were made with.
 	LastContactThreshold HumanDuration `json:"last_contact_threshold"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,6 +45,11 @@ func printRaftHealth(w io.Writer, h *structs.RaftHealthResponse) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nHealthy: %t (failure tolerance %d)\n", h.Healthy, h.FailureTolerance)
+	if len(h.EntryFeatures) > 0 {
+		fmt.Fprintf(w, "Entry features every server applies: %s\n", strings.Join(h.EntryFeatures, ", "))
+	} else {
+		fmt.Fprintln(w, "Entry features every server applies: none yet")
+	}
 	cleanup := "off"
 	if h.CleanupDeadServers {
 		cleanup = fmt.Sprintf("on, after %s unreachable", roundDuration(h.DeadServerThreshold))

@@ -44,8 +44,8 @@ func TestRaftHealthCommand_TableShape(t *testing.T) {
 		{"s2", "id-2", "10.0.0.2:4647", "follower", "true", "unreachable", "true", "12ms", "119", "1", "v0.8.1"},
 		{"-", "id-3", "10.0.0.3:4647", "follower", "true", "failed", "false", "1m33.2s", "80", "40", "-"},
 	}
-	if len(lines) != len(want)+3 {
-		t.Fatalf("lines exp: %d got: %d\n%s", len(want)+3, len(lines), buf.String())
+	if len(lines) != len(want)+4 {
+		t.Fatalf("lines exp: %d got: %d\n%s", len(want)+4, len(lines), buf.String())
 	}
 	for i, w := range want {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(w, " ") {
@@ -53,7 +53,8 @@ func TestRaftHealthCommand_TableShape(t *testing.T) {
 		}
 	}
 	if lines[4] != "" || lines[5] != "Healthy: false (failure tolerance 0)" ||
-		lines[6] != "Thresholds: last contact 2s, index lag 1024; dead-server cleanup on, after 5m0s unreachable, never below 3 voters" {
-		t.Errorf("summary exp: blank, verdict, thresholds got: %q", lines[4:])
+		lines[6] != "Entry features every server applies: none yet" ||
+		lines[7] != "Thresholds: last contact 2s, index lag 1024; dead-server cleanup on, after 5m0s unreachable, never below 3 voters" {
+		t.Errorf("summary exp: blank, verdict, entry features, thresholds got: %q", lines[4:])
 	}
 }
