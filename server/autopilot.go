@@ -467,7 +467,7 @@ func (d *autopilotDuty) health() *structs.RaftHealthResponse {
 		h := structs.RaftServerHealth{
 			ID: string(id), Name: srv.Server.Name, Address: string(srv.Server.Address), Version: d.s.ServerVersion(string(id)),
 			Features: structs.FeatureNames(d.s.featuresOf(id)),
-			Leader: srv.State == autopilot.RaftLeader, Voter: srv.HasVotingRights(),
+			Leader:   srv.State == autopilot.RaftLeader, Voter: srv.HasVotingRights(),
 			Status: structs.RaftServerAlive, Healthy: srv.Health.Healthy, StableSince: srv.Health.StableSince,
 			LastContact: structs.HumanDuration(srv.Stats.LastContact), LastTerm: srv.Stats.LastTerm, LastIndex: srv.Stats.LastIndex,
 		}
