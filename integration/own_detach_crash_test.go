@@ -213,12 +213,6 @@ func (e *odEnv) checkHandedOver(t *testing.T, mount string) {
 		t.Fatalf("w1's mount path of a1/v exp: gone got: %v", err)
 	}
 	checkNeverTwoHolders(t, "ext-v", e.w1Plugin, e.nodes["w2"])
-	if os.Getenv("OD_DUMP") != "" {
-		t.Logf("W1:\n%s", e.w1.Output())
-		for _, en := range append(e.w1Plugin.Audit(), e.nodes["w2"].Audit()...) {
-			t.Logf("%s %s %s %s %s", en.Time.Format("15:04:05.000"), en.Node, en.Method, en.Volume, en.Result)
-		}
-	}
 }
 
 // checkNeverTwoHolders replays the node plugins' audit logs (one clock:
@@ -258,14 +252,6 @@ func checkNeverTwoHolders(t *testing.T, vol string, plugins ...*harness.TestPlug
 	}
 }
 
-// sinceMark is the part of out after the first occurrence of mark.
-func sinceMark(out, mark string) string {
-	if i := strings.Index(out, mark); i >= 0 {
-		return out[i:]
-	}
-	return ""
-}
-
 // logLine reports whether out has a line with msg that names alloc a1
 // and volume v.
 func logLine(out, msg string) bool {
@@ -275,6 +261,35 @@ func logLine(out, msg string) bool {
 		}
 	}
 	return false
+}
+
+// waitLog waits for w1's output after mark ("" for all of it) to have a
+// line with msg about a1/v. It polls: the agent's output reaches the test
+// through a pipe, a line written just before an effect the test saw may
+// not have been read yet. (Absence is never checked on the output for
+// that reason; the plugins' audit logs, written in process before a call
+// returns, are the record for what must not have happened.)
+func (e *odEnv) waitLog(t *testing.T, mark, msg, what string) {
+	t.Helper()
+	harness.WaitFor(t, 10*time.Second, func() error {
+		out := e.w1.Output()
+		if mark != "" {
+			i := strings.Index(out, mark)
+			if i < 0 {
+				return fmt.Errorf("w1 exp: %q in its output got: not yet", mark)
+			}
+			out = out[i:]
+		}
+		if !logLine(out, msg) {
+			return fmt.Errorf("w1 exp: %s (%q) got: not in its output", what, msg)
+		}
+		return nil
+	})
+}
+
+// unpublishes counts w1's successful NodeUnpublish calls of v.
+func (e *odEnv) unpublishes() int {
+	return countCalls(e.w1Plugin.Audit(), "NodeUnpublishVolume", "ext-v", "ok")
 }
 
 // firstOKAfter is when the first successful method call for vol finished
@@ -309,12 +324,12 @@ func TestOwnDetach_KilledAfterUnmountBeforeRecordDrop(t *testing.T) {
 	e.w1.Restart()
 	e.checkHandedOver(t, mount)
 	e.waitAlloc(t, "a1", structs.AllocClientComplete)
-	out := e.w1.Output()
-	if !logLine(out, "own node detach done") {
-		t.Fatalf("restarted w1 exp: its own node detach of a1/v again got:\n%s", out)
-	}
-	if logLine(out, "node detached volume") {
-		t.Fatalf("restarted w1 exp: no node detach from the servers (the statement frees it) got:\n%s", out)
+	e.waitLog(t, "", "own node detach done", "its own node detach of a1/v, again")
+	// Its own unmount before the kill, its own again after the restart
+	// (finding nothing mounted), and none from the servers: the statement
+	// released the claim.
+	if n := e.unpublishes(); n != 2 {
+		t.Fatalf("w1 NodeUnpublish of v exp: 2 (own, own again) got: %d", n)
 	}
 }
 
@@ -333,20 +348,17 @@ func TestOwnDetach_KilledAfterRecordDropBeforeReport(t *testing.T) {
 	e.w1.Restart()
 	e.checkHandedOver(t, mount)
 	e.waitAlloc(t, "a1", structs.AllocClientComplete)
-	out := e.w1.Output()
-	if logLine(out, "own node detach done") {
-		t.Fatalf("restarted w1 exp: no statement about a claim it holds no record of got:\n%s", out)
-	}
-	if !logLine(out, "node detached volume") {
-		t.Fatalf("restarted w1 exp: the servers' node detach of a1/v got:\n%s", out)
+	e.waitLog(t, "", "node detached volume", "the servers' node detach of a1/v")
+	if n := e.unpublishes(); n != 2 {
+		t.Fatalf("w1 NodeUnpublish of v exp: 2 (own, then the servers') got: %d", n)
 	}
 }
 
 // (b) A pause after the own unmount that outlasts the heartbeat TTL: the
 // servers mark w1 down, a1 lost and its claim past in one entry. The
-// resumed agent's report (complete, with the statement) finds a1 terminal
-// and changes nothing; the servers' node detach releases the claim once
-// w1 is back, and a2 gets v only then.
+// node's late report (complete, with the statement) finds a1 terminal and
+// changes nothing; the servers' node detach releases the claim once w1 is
+// back, and a2 gets v only then.
 func TestOwnDetach_PausedAfterUnmountPastTheTTL(t *testing.T) {
 	testPausedPastTTL(t, odPointUnmounted)
 }
@@ -372,33 +384,53 @@ func testPausedPastTTL(t *testing.T, point string) {
 		return nil
 	})
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
-	// While w1 is away its claim waits for it (wait policy): a2 does not
-	// get v, whatever w1 did before it stopped.
+	before := e.unpublishes()
+
+	// The report the resumed agent would send. The agent itself may not
+	// send it: resumed, it also reads the allocation list that shows a1
+	// lost, which cancels the stop task, and which comes first is a race.
+	// So the test sends it, over TLS with the node's own secret (the one
+	// proof the servers keep a statement for), while w1 is still stopped.
+	var id struct{ ID, Secret string }
+	b, err := os.ReadFile(filepath.Join(e.w1Data, "node-identity.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &id)
+	}
+	if err != nil || id.Secret == "" {
+		t.Fatalf("w1 node identity: %v", err)
+	}
+	late := &structs.AllocClientUpdateRequest{NodeID: e.w1Node,
+		Allocs:       []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete, ClientDescription: "stopped", DetachedVolumes: []string{"v"}}},
+		WriteRequest: structs.WriteRequest{AuthToken: id.Secret}}
+	if err := e.c.Servers[0].ClientWithToken("").Call(harness.Ctx(t, 30*time.Second), "Node.UpdateAlloc", late, &structs.GenericResponse{}); err != nil {
+		t.Fatalf("w1's late report exp: accepted (and ignored) got: %v", err)
+	}
+	// While w1 is away its claim waits for it (wait policy): the late
+	// statement neither ended a1 differently nor released the claim, and
+	// a2 does not get v.
+	a1, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a1", structs.QueryOptions{})
+	if err != nil || a1.ClientStatus != structs.AllocClientLost {
+		t.Fatalf("a1 after the late report exp: lost (the first terminal status stands) got: %+v %v", a1, err)
+	}
 	if c := e.claimOf(t, "v", "a1"); c == nil || c.State != structs.ClaimStateUnpublishing {
-		t.Fatalf("a1's claim while w1 is down exp: unpublishing got: %+v", c)
+		t.Fatalf("a1's claim after the late statement, w1 down exp: unpublishing got: %+v", c)
 	}
 	a2, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || a2.ClientStatus != structs.AllocClientPending {
+		t.Fatalf("a2 while w1 is down exp: pending got: %+v %v", a2, err)
 	}
-	if a2.ClientStatus != structs.AllocClientPending {
-		t.Fatalf("a2 while w1 is down exp: pending got: %s", a2.ClientStatus)
+	if n := e.unpublishes(); n != before {
+		t.Fatalf("w1 NodeUnpublish of v while it is stopped exp: %d got: %d", before, n)
 	}
+
 	resumed := time.Now()
 	if err := syscall.Kill(e.w1.PID(), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	e.checkHandedOver(t, mount)
-	// The first terminal status stands: the late "complete" did not
-	// replace "lost".
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
-	if out := e.w1.Output(); !logLine(out, "own node detach done") {
-		t.Fatalf("w1 exp: its own node detach done got:\n%s", out)
-	}
-	out := sinceMark(e.w1.Output(), "fault point "+point+": resumed")
-	if !logLine(out, "node detached volume") {
-		t.Fatalf("resumed w1 exp: the servers' node detach of a1/v (the statement ignored) got:\n%s", out)
-	}
+	e.waitLog(t, "", "own node detach done", "its own node detach done")
+	e.waitLog(t, "fault point "+point+": resumed", "node detached volume", "the servers' node detach of a1/v once back")
 	// a2 was given v only after the servers' node detach on w1, after the
 	// resume.
 	unpub := firstOKAfter(e.w1Plugin.Audit(), "NodeUnpublishVolume", "ext-v", resumed)
@@ -406,6 +438,49 @@ func testPausedPastTTL(t *testing.T, point string) {
 	if unpub.IsZero() || pub.IsZero() || !unpub.Before(pub) {
 		t.Fatalf("order exp: w1's node detach after the resume, then w2's publish got: unpublish %s, publish %s (resumed %s)",
 			unpub.Format(time.RFC3339Nano), pub.Format(time.RFC3339Nano), resumed.Format(time.RFC3339Nano))
+	}
+}
+
+// (b, fence policy) The same pause, on a fence-policy volume with a short
+// node lease: the servers do not wait for w1 but for its lease, then
+// release the claim without a node detach (fenced) and give v to a2 while
+// w1 is still stopped. That is safe because w1 unmounted before it
+// stopped (and would have fenced had it not). Resumed, w1 finishes its
+// stop, a1 stays lost, and it neither mounts v again nor keeps a record
+// of it.
+func TestOwnDetach_PausedAfterUnmountPastTheLeaseFencePolicy(t *testing.T) {
+	e := newOwnDetachEnv(t, 2*time.Second, "-node-lease", restartLease.String())
+	mount := e.holdAndWait(t, structs.NodeLostFence)
+	e.stopAt(t, odPointUnmounted)
+	stopped := time.Now()
+	before := e.unpublishes()
+	harness.WaitFor(t, structs.LeaseExpiry(restartLease)+30*time.Second, func() error {
+		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if a.ClientStatus != structs.AllocClientRunning {
+			return fmt.Errorf("a2 on w2 exp: running got: %s (%s)", a.ClientStatus, a.ClientDescription)
+		}
+		return nil
+	})
+	if st := procState(e.w1.PID()); st != 'T' && st != 't' {
+		t.Fatalf("w1 when v moved to w2 exp: still stopped got: state %q", st)
+	}
+	if n := e.unpublishes(); n != before {
+		t.Fatalf("w1 NodeUnpublish of v while it is stopped exp: %d (the release skipped the node: fenced) got: %d", before, n)
+	}
+	t.Logf("v moved to w2 %s after w1 stopped itself", time.Since(stopped).Round(10*time.Millisecond))
+	e.waitAlloc(t, "a1", structs.AllocClientLost)
+	resumed := time.Now()
+	if err := syscall.Kill(e.w1.PID(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLog(t, "fault point "+odPointUnmounted+": resumed", "own node detach done", "its own node detach finished")
+	e.checkHandedOver(t, mount)
+	e.waitAlloc(t, "a1", structs.AllocClientLost)
+	if pub := firstOKAfter(e.w1Plugin.Audit(), "NodePublishVolume", "ext-v", resumed); !pub.IsZero() {
+		t.Fatalf("resumed w1 exp: does not mount v again got: NodePublish at %s", pub.Format(time.RFC3339Nano))
 	}
 }
 
@@ -420,9 +495,7 @@ func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitAlloc(t, "a1", structs.AllocClientComplete)
-	if out := e.w1.Output(); !logLine(out, "own node detach failed") || logLine(out, "own node detach done") {
-		t.Fatalf("w1 exp: its own node detach of a1/v failed got:\n%s", out)
-	}
+	e.waitLog(t, "", "own node detach failed", "its own node detach of a1/v failed")
 	// The servers' path holds the claim until the node plugin can unmount.
 	harness.WaitFor(t, 30*time.Second, func() error {
 		st, err := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second))
@@ -449,61 +522,11 @@ func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
 	back := time.Now()
 	e.w1Plugin.Start()
 	e.checkHandedOver(t, mount)
-	if out := e.w1.Output(); !logLine(out, "node detached volume") {
-		t.Fatalf("w1 exp: the servers' node detach of a1/v once the plugin is back got:\n%s", out)
-	}
+	e.waitLog(t, "", "node detached volume", "the servers' node detach of a1/v once the plugin is back")
 	unpub := firstOKAfter(e.w1Plugin.Audit(), "NodeUnpublishVolume", "ext-v", back)
 	pub := firstOKAfter(e.nodes["w2"].Audit(), "NodePublishVolume", "ext-v", time.Time{})
 	if unpub.IsZero() || pub.IsZero() || !unpub.Before(pub) {
 		t.Fatalf("order exp: w1's unpublish once its plugin is back, then w2's publish got: unpublish %s, publish %s",
 			unpub.Format(time.RFC3339Nano), pub.Format(time.RFC3339Nano))
-	}
-}
-
-// (b, fence policy) The same pause, on a fence-policy volume with a short
-// node lease: the servers do not wait for w1 but for its lease, then
-// release the claim without a node detach (fenced) and give v to a2 while
-// w1 is still stopped. That is safe because w1 unmounted before it
-// stopped (and would have fenced had it not). Resumed, w1 finishes its
-// stop, its late report changes nothing (a1 stays lost), and it neither
-// mounts v again nor keeps a record of it.
-func TestOwnDetach_PausedAfterUnmountPastTheLeaseFencePolicy(t *testing.T) {
-	e := newOwnDetachEnv(t, 2*time.Second, "-node-lease", restartLease.String())
-	mount := e.holdAndWait(t, structs.NodeLostFence)
-	e.stopAt(t, odPointUnmounted)
-	stopped := time.Now()
-	harness.WaitFor(t, structs.LeaseExpiry(restartLease)+30*time.Second, func() error {
-		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if a.ClientStatus != structs.AllocClientRunning {
-			return fmt.Errorf("a2 on w2 exp: running got: %s (%s)", a.ClientStatus, a.ClientDescription)
-		}
-		return nil
-	})
-	if st := procState(e.w1.PID()); st != 'T' && st != 't' {
-		t.Fatalf("w1 when v moved to w2 exp: still stopped got: state %q", st)
-	}
-	t.Logf("v moved to w2 %s after w1 stopped itself", time.Since(stopped).Round(10*time.Millisecond))
-	e.waitAlloc(t, "a1", structs.AllocClientLost)
-	resumed := time.Now()
-	if err := syscall.Kill(e.w1.PID(), syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	out := func() string { return sinceMark(e.w1.Output(), "fault point "+odPointUnmounted+": resumed") }
-	harness.WaitFor(t, 30*time.Second, func() error {
-		if !logLine(out(), "own node detach done") {
-			return fmt.Errorf("resumed w1 exp: finishes its own node detach got: not yet")
-		}
-		return nil
-	})
-	e.checkHandedOver(t, mount)
-	e.waitAlloc(t, "a1", structs.AllocClientLost)
-	if pub := firstOKAfter(e.w1Plugin.Audit(), "NodePublishVolume", "ext-v", resumed); !pub.IsZero() {
-		t.Fatalf("resumed w1 exp: does not mount v again got: NodePublish at %s", pub.Format(time.RFC3339Nano))
-	}
-	if logLine(out(), "node detached volume") {
-		t.Fatalf("fenced claim exp: no node detach from the servers got:\n%s", out())
 	}
 }
