@@ -14,9 +14,12 @@ const ownDetachTimeout = 10 * time.Second
 
 // The fault points of the own node detach (internal/faultpoint: a test
 // stops the agent process there, then kills it with SIGKILL or resumes it
-// after a pause). Between them are the two writes this path adds before
-// the report: the unmount and the held record's drop.
+// after a pause): before the unmount, between it and the held record's
+// drop, and between that and the report.
 const (
+	// pointOwnMarked: the claim is marked stopping in the lease file, the
+	// volume not yet unmounted.
+	pointOwnMarked = "own-detach:marked-stopping"
 	// pointOwnUnmounted: a volume is unmounted, its held record not yet
 	// dropped.
 	pointOwnUnmounted = "own-detach:unmounted"
@@ -53,6 +56,7 @@ func (r *allocRunner) detachOwn(ctx context.Context, allocID string) []string {
 			continue
 		}
 		r.a.leaseFile.markStopping(allocID, h.VolumeID)
+		faultpoint.Stop(pointOwnMarked)
 		uctx, cancel := context.WithTimeout(ctx, ownDetachTimeout)
 		err = mm.UnmountVolume(uctx, h.VolumeID, h.ExternalID, allocID, h.usage())
 		cancel()

@@ -35,6 +35,7 @@ import (
 
 // Names of the fault points in client/stop_detach.go.
 const (
+	odPointMarked        = "own-detach:marked-stopping"
 	odPointUnmounted     = "own-detach:unmounted"
 	odPointRecordDropped = "own-detach:records-dropped"
 )
@@ -333,6 +334,26 @@ func TestOwnDetach_KilledAfterUnmountBeforeRecordDrop(t *testing.T) {
 	}
 }
 
+// (a) kill -9 before the own unmount (the claim marked stopping): the
+// restarted agent unmounts, drops the record and reports with the
+// statement.
+func TestOwnDetach_KilledBeforeUnmount(t *testing.T) {
+	e := newOwnDetachEnv(t, 10*time.Second)
+	mount := e.holdAndWait(t, structs.NodeLostWait)
+	e.stopAt(t, odPointMarked)
+	if _, err := os.Lstat(mount); err != nil {
+		t.Fatalf("w1's mount path at %s exp: still mounted got: %v", odPointMarked, err)
+	}
+	e.checkStillLive(t)
+	e.w1.Restart()
+	e.checkHandedOver(t, mount)
+	e.waitAlloc(t, "a1", structs.AllocClientComplete)
+	e.waitLog(t, "", "own node detach done", "its own node detach of a1/v after the restart")
+	if n := e.unpublishes(); n != 1 {
+		t.Fatalf("w1 NodeUnpublish of v exp: 1 (its own, after the restart) got: %d", n)
+	}
+}
+
 // (a) kill -9 after the held record is dropped, before the report: the
 // restarted agent holds no record of the claim, so it states nothing; the
 // report goes without the volume and the servers' node detach (which
@@ -369,6 +390,14 @@ func TestOwnDetach_PausedBeforeReportPastTheTTL(t *testing.T) {
 	testPausedPastTTL(t, odPointRecordDropped)
 }
 
+// (b) The same pause before the own unmount: the mount is still there
+// while w1 is away, so nothing may release the claim (no statement was
+// made, and none is sent here); resumed, w1 unmounts, and the servers'
+// node detach (finding nothing) releases it.
+func TestOwnDetach_PausedBeforeUnmountPastTheTTL(t *testing.T) {
+	testPausedPastTTL(t, odPointMarked)
+}
+
 func testPausedPastTTL(t *testing.T, point string) {
 	e := newOwnDetachEnv(t, 2*time.Second)
 	mount := e.holdAndWait(t, structs.NodeLostWait)
@@ -386,26 +415,11 @@ func testPausedPastTTL(t *testing.T, point string) {
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
 	before := e.unpublishes()
 
-	// The report the resumed agent would send. The agent itself may not
-	// send it: resumed, it also reads the allocation list that shows a1
-	// lost, which cancels the stop task, and which comes first is a race.
-	// So the test sends it, over TLS with the node's own secret (the one
-	// proof the servers keep a statement for), while w1 is still stopped.
-	var id struct{ ID, Secret string }
-	b, err := os.ReadFile(filepath.Join(e.w1Data, "node-identity.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &id)
+	// Once it unmounted, w1's report will carry the statement.
+	if point != odPointMarked {
+		e.sendLateReport(t)
 	}
-	if err != nil || id.Secret == "" {
-		t.Fatalf("w1 node identity: %v", err)
-	}
-	late := &structs.AllocClientUpdateRequest{NodeID: e.w1Node,
-		Allocs:       []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete, ClientDescription: "stopped", DetachedVolumes: []string{"v"}}},
-		WriteRequest: structs.WriteRequest{AuthToken: id.Secret}}
-	if err := e.c.Servers[0].ClientWithToken("").Call(harness.Ctx(t, 30*time.Second), "Node.UpdateAlloc", late, &structs.GenericResponse{}); err != nil {
-		t.Fatalf("w1's late report exp: accepted (and ignored) got: %v", err)
-	}
-	// While w1 is away its claim waits for it (wait policy): the late
+	// While w1 is away its claim waits for it (wait policy): a late
 	// statement neither ended a1 differently nor released the claim, and
 	// a2 does not get v.
 	a1, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a1", structs.QueryOptions{})
@@ -429,7 +443,11 @@ func testPausedPastTTL(t *testing.T, point string) {
 	}
 	e.checkHandedOver(t, mount)
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
-	e.waitLog(t, "", "own node detach done", "its own node detach done")
+	if point != odPointMarked {
+		// (Before the unmount, the resumed stop task may be cancelled
+		// mid-unmount by the list that shows a1 lost: either way is right.)
+		e.waitLog(t, "", "own node detach done", "its own node detach done")
+	}
 	e.waitLog(t, "fault point "+point+": resumed", "node detached volume", "the servers' node detach of a1/v once back")
 	// a2 was given v only after the servers' node detach on w1, after the
 	// resume.
@@ -438,6 +456,30 @@ func testPausedPastTTL(t *testing.T, point string) {
 	if unpub.IsZero() || pub.IsZero() || !unpub.Before(pub) {
 		t.Fatalf("order exp: w1's node detach after the resume, then w2's publish got: unpublish %s, publish %s (resumed %s)",
 			unpub.Format(time.RFC3339Nano), pub.Format(time.RFC3339Nano), resumed.Format(time.RFC3339Nano))
+	}
+}
+
+// sendLateReport sends the report a resumed w1 would send: a1 complete,
+// v detached. The agent itself may not send it: resumed, it also reads
+// the allocation list that shows a1 lost, which cancels the stop task,
+// and which comes first is a race. So the test sends it, over TLS with
+// the node's own secret (the one proof the servers keep a statement
+// for), while w1 is still stopped.
+func (e *odEnv) sendLateReport(t *testing.T) {
+	t.Helper()
+	var id struct{ ID, Secret string }
+	b, err := os.ReadFile(filepath.Join(e.w1Data, "node-identity.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &id)
+	}
+	if err != nil || id.Secret == "" {
+		t.Fatalf("w1 node identity: %v", err)
+	}
+	late := &structs.AllocClientUpdateRequest{NodeID: e.w1Node,
+		Allocs:       []*structs.AllocClientUpdate{{ID: "a1", ClientStatus: structs.AllocClientComplete, ClientDescription: "stopped", DetachedVolumes: []string{"v"}}},
+		WriteRequest: structs.WriteRequest{AuthToken: id.Secret}}
+	if err := e.c.Servers[0].ClientWithToken("").Call(harness.Ctx(t, 30*time.Second), "Node.UpdateAlloc", late, &structs.GenericResponse{}); err != nil {
+		t.Fatalf("w1's late report exp: accepted (and ignored) got: %v", err)
 	}
 }
 
