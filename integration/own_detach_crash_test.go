@@ -530,16 +530,47 @@ func TestOwnDetach_PausedAfterUnmountPastTheLeaseFencePolicy(t *testing.T) {
 // without the volume, the claim waits in unpublishing, and the servers'
 // node detach does the unmount once the plugin is back; then a2 gets v.
 func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
+	testFailedUnmount(t, "own node detach failed",
+		func(e *odEnv) { e.w1Plugin.Stop() },
+		func(e *odEnv) { e.w1Plugin.Start() })
+}
+
+// (c) The own unmount hangs (the plugin does not answer NodeUnpublish):
+// the stop gives up and reports without the volume rather than holding
+// the report for the plugin; the servers' node detach, with its retries,
+// does it once the plugin answers again. (The bound that acts first today
+// is the agent's per-call plugin timeout, 5 s, csi.DefaultProbeTimeout;
+// the stop's own ownDetachTimeout, 10 s, bounds the whole unmount with its
+// lock wait.)
+func TestOwnDetach_HungUnmountDoesNotHoldTheReport(t *testing.T) {
+	testFailedUnmount(t, "context deadline exceeded",
+		func(e *odEnv) {
+			e.w1Plugin.SetControl(hostdir.Control{Delay: map[string]string{"NodeUnpublishVolume": "10m"}})
+		},
+		func(e *odEnv) { e.w1Plugin.SetControl(hostdir.Control{Seq: 1}) })
+}
+
+// testFailedUnmount makes w1's own unmount of v fail with breakPlugin,
+// checks the fallback (the failure logged with errText), and lets the
+// servers finish after fixPlugin.
+func testFailedUnmount(t *testing.T, errText string, breakPlugin, fixPlugin func(*odEnv)) {
 	e := newOwnDetachEnv(t, 2*time.Second)
 	mount := e.holdAndWait(t, structs.NodeLostWait)
-	e.w1Plugin.Stop()
+	breakPlugin(e)
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
 		t.Fatal(err)
 	}
 	e.waitAlloc(t, "a1", structs.AllocClientComplete)
-	e.waitLog(t, "", "own node detach failed", "its own node detach of a1/v failed")
+	harness.WaitFor(t, 10*time.Second, func() error {
+		for _, l := range strings.Split(e.w1.Output(), "\n") {
+			if logLine(l, "own node detach failed") && strings.Contains(l, errText) {
+				return nil
+			}
+		}
+		return fmt.Errorf("w1 exp: its own node detach of a1/v failed with %q got: no such line", errText)
+	})
 	// The servers' path holds the claim until the node plugin can unmount.
-	harness.WaitFor(t, 30*time.Second, func() error {
+	harness.WaitFor(t, 60*time.Second, func() error {
 		st, err := e.api.ReleaseStatus(harness.Ctx(t, 10*time.Second))
 		if err != nil {
 			return err
@@ -550,7 +581,7 @@ func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
 		return nil
 	})
 	if c := e.claimOf(t, "v", "a1"); c == nil || c.State != structs.ClaimStateUnpublishing {
-		t.Fatalf("a1's claim while w1's plugin is down exp: unpublishing got: %+v", c)
+		t.Fatalf("a1's claim while w1's plugin cannot unmount exp: unpublishing got: %+v", c)
 	}
 	if _, ok := heldClaimPath(t, e.w1Data, "a1", "v"); !ok {
 		t.Fatal("w1 held claims while the unmount failed exp: a1/v kept got: dropped")
@@ -561,8 +592,19 @@ func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
 	if a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{}); err != nil || a.ClientStatus != structs.AllocClientPending {
 		t.Fatalf("a2 while a1's claim is not released exp: pending got: %+v %v", a, err)
 	}
+	if n := e.unpublishes(); n != 0 {
+		t.Fatalf("w1 NodeUnpublish of v while the plugin cannot exp: none got: %d", n)
+	}
 	back := time.Now()
-	e.w1Plugin.Start()
+	fixPlugin(e)
+	// A servers' node detach in flight when the plugin is fixed may wait
+	// out its budget first.
+	harness.WaitFor(t, 60*time.Second, func() error {
+		if c := e.claimOf(t, "v", "a1"); c != nil {
+			return fmt.Errorf("a1's claim once the plugin is back exp: released got: %+v", c)
+		}
+		return nil
+	})
 	e.checkHandedOver(t, mount)
 	e.waitLog(t, "", "node detached volume", "the servers' node detach of a1/v once the plugin is back")
 	unpub := firstOKAfter(e.w1Plugin.Audit(), "NodeUnpublishVolume", "ext-v", back)
