@@ -96,6 +96,25 @@ func (e *releaseEnv) waitReleased(t *testing.T, vol, alloc string) *structs.Clai
 	return c
 }
 
+// waitRunning waits until the allocation runs, and fails at once if it
+// ended instead (a refused controller publish, say).
+func (e *releaseEnv) waitRunning(t *testing.T, allocID string) {
+	t.Helper()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), allocID, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if a.Terminal() {
+			t.Fatalf("alloc %s exp: running got: %s, final (%s)", allocID, a.ClientStatus, a.ClientDescription)
+		}
+		if a.ClientStatus != structs.AllocClientRunning {
+			return fmt.Errorf("alloc %s exp: running got: %s (%s)", allocID, a.ClientStatus, a.ClientDescription)
+		}
+		return nil
+	})
+}
+
 // stepIndex is the Raft index at which c reached state (0: never).
 func stepIndex(c *structs.Claim, state structs.ClaimState) uint64 {
 	for _, s := range c.Steps {
@@ -162,7 +181,7 @@ func TestHolderDetach_ControllerDetachWaitsForTheHoldersOwnUnmount(t *testing.T)
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitAlloc(t, "a2", structs.AllocClientRunning)
+	e.waitRunning(t, "a2")
 	c := e.waitReleased(t, "v1", "a1")
 	checkNodeDetachedByHolder(t, c)
 
