@@ -51,9 +51,11 @@ func TestHolderDetach_FenceExecWriterEndsBeforeTheNextHolderWrites(t *testing.T)
 	waitHolderStatementsWritten(t, e.c)
 	// A slow unmount (2 s) leaves exec's poll (100 ms) time to see the
 	// claim marked stopping and end the workload while the unmount runs:
-	// the agent must mark it before it unmounts. With a fast one the
-	// unmount may win and the writer's next write fails instead; see the
-	// test's log and notes-i41t.md.
+	// the agent must mark it before it unmounts. With a fast unmount the
+	// unmount usually wins (the agent does not wait for exec) and the
+	// writer's next write fails instead, as it cannot write through a
+	// mount that is gone; a real mount a workload holds open refuses the
+	// unmount (EBUSY) until exec has ended it.
 	e.nodes["w1"].SetControl(hostdir.Control{Delay: map[string]string{"NodeUnpublishVolume": "2s"}})
 	var execEnded time.Time
 	endSeen := make(chan struct{})
