@@ -72,8 +72,13 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 	})
 	e.waitHealthy(t, 3)
 	const nVols = 3
-	for i := range nVols {
+	var bgVols []string
+	for i := range 2 * nVols {
 		id := fmt.Sprintf("hd%d", i)
+		if i >= nVols {
+			id = fmt.Sprintf("bg%d", i-nVols)
+			bgVols = append(bgVols, id)
+		}
 		harness.WaitFor(t, 30*time.Second, func() error {
 			_, err := e.c.RegisterVolumes(harness.Ctx(t, 15*time.Second), &structs.Volume{ID: id, ExternalID: id, PluginID: "hostdir",
 				AccessMode: structs.AccessModeSingleNodeWriter, AttachmentMode: structs.AttachmentModeFilesystem})
@@ -89,7 +94,13 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 		all = append(all, r)
 		return r
 	}
-	lastFreed := func() uint64 { return all[len(all)-1].freedAt }
+	lastFreed := func() uint64 {
+		var last uint64
+		for _, r := range all {
+			last = max(last, r.freedAt)
+		}
+		return last
+	}
 
 	// (a) An old server is a member: the statement is stripped.
 	stageA := time.Now()
@@ -104,8 +115,18 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 	t.Logf("(a) mixed cluster: 6 releases the servers' way; s1-s3 hash %.12s at index %d (leader %s) [%s]",
 		sha, idx, e.servers[e.leaderIndex(t)].Name, time.Since(stageA).Round(time.Millisecond))
 
-	// (b) The old server is replaced by this build: the gate opens.
+	// (b) The old server is replaced by this build, under a workload of
+	// its own that goes on through the replacement: the gate opens.
 	stageB := time.Now()
+	bg := e.startBackground("g", bgVols)
+	harness.WaitFor(t, 30*time.Second, func() error {
+		if n := bg.count(); n < 2 {
+			return fmt.Errorf("background workload exp: 2 cycles got: %d", n)
+		}
+		return nil
+	})
+	// The releases finished by now were written while s3 ran the old build.
+	beforeReplace := bg.count()
 	if err := e.servers[oldSrv].Replace("", 30*time.Second); err != nil {
 		t.Logf("replacing s3: %v", err)
 	}
@@ -132,6 +153,32 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 		}
 	}
 	t.Logf("(b) e.g. %s", all[len(all)-1])
+	bgDone := bg.count()
+	harness.WaitFor(t, 60*time.Second, func() error {
+		if n := bg.count(); n < bgDone+3 {
+			return fmt.Errorf("background workload exp: %d cycles got: %d", bgDone+3, n)
+		}
+		return nil
+	})
+	bgRs := bg.wait(t)
+	var bgHolder, bgOld int
+	for i, r := range bgRs {
+		if i < beforeReplace {
+			bgOld++
+			if r.byHolder || r.serverDetaches == 0 {
+				t.Errorf("released before s3 was replaced, exp: the servers' node detach got: %s", r)
+			}
+		}
+		if r.byHolder {
+			bgHolder++
+		}
+	}
+	if bgHolder == 0 {
+		t.Errorf("background workload exp: releases node-detached in their entry once the gate opened got: none of %d", len(bgRs))
+	}
+	all = append(all, bgRs...)
+	t.Logf("(b) background workload through the replacement: %d releases, the %d before it the servers' way, %d node-detached in their entry",
+		len(bgRs), bgOld, bgHolder)
 	idx, sha = e.digests(t, []int{0, 1, 2}, lastFreed())
 	e.checkAcknowledged(t, all)
 	t.Logf("(b) upgraded: s1-s3 hash %.12s at index %d; %d releases, every claim freed [%s]", sha, idx, len(all), time.Since(stageB).Round(time.Millisecond))
