@@ -215,6 +215,18 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 		out = out[i:]
 	}
 	t.Logf("(c) s4 (%s) stopped; its output from the panic on:\n%s", holderDetachFrom[:7], strings.Join(strings.SplitN(out, "\n", 6)[:5], "\n"))
+	// Started again on the old build (a service manager's restart), it
+	// stops at the same entry: deterministic, never applied.
+	s4.Restart()
+	harness.WaitFor(t, 60*time.Second, func() error {
+		if !s4.Exited() {
+			return fmt.Errorf("s4 restarted on %s exp: stopped again got: running", holderDetachFrom[:7])
+		}
+		return nil
+	})
+	if again := corruptEntry.FindStringSubmatch(s4.Output()); again == nil || again[0] != m[0] {
+		t.Fatalf("s4 restarted on %s exp: %q again got: %v; output ends: %s", holderDetachFrom[:7], m[0], again, tail(s4.Output(), 2000))
+	}
 	members := e.raftServers(t)
 	if len(members) != 4 {
 		t.Fatalf("raft configuration exp: s4 a member got: %+v", members)
