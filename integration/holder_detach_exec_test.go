@@ -48,7 +48,7 @@ func TestHolderDetach_FenceExecWriterEndsBeforeTheNextHolderWrites(t *testing.T)
 		}
 		return nil
 	})
-	waitHolderStatementsWritten(t, e.c)
+	e.c.WaitForHolderDetach(30 * time.Second)
 	// A slow unmount (2 s) leaves exec's poll (100 ms) time to see the
 	// claim marked stopping and end the workload while the unmount runs:
 	// the agent must mark it before it unmounts. With a fast unmount the

@@ -47,25 +47,6 @@ func callOrder(entries []hostdir.AuditEntry, ext string) []string {
 	return out
 }
 
-// waitHolderStatementsWritten waits until the leader writes the holder's
-// statement into the log (entry types 29/30): it does so only once every
-// server has reported it applies them (its health answers), and before
-// that every release takes the servers' node detach, which is not what
-// these tests are about.
-func waitHolderStatementsWritten(t *testing.T, c *harness.Cluster) {
-	t.Helper()
-	harness.WaitFor(t, 30*time.Second, func() error {
-		l := c.Leader()
-		if l == nil {
-			return fmt.Errorf("leader exp: one got: none")
-		}
-		if s := l.Server(); s == nil || !s.AllServersSupport(structs.FeatureHolderDetached) {
-			return fmt.Errorf("leader %s exp: every server reported FeatureHolderDetached got: not yet", l.Name)
-		}
-		return nil
-	})
-}
-
 // releasedClaim is alloc's freed claim of vol, from the volume's record of
 // its last freed claims (nil until freed).
 func (e *releaseEnv) releasedClaim(t *testing.T, vol, alloc string) *structs.Claim {
@@ -175,7 +156,7 @@ func TestHolderDetach_ControllerDetachWaitsForTheHoldersOwnUnmount(t *testing.T)
 		}
 		return nil
 	})
-	waitHolderStatementsWritten(t, e.c)
+	e.c.WaitForHolderDetach(30 * time.Second)
 	slowUnpublish(e.nodes["w1"])
 
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {
@@ -216,7 +197,7 @@ func TestHolderDetach_SharedStagingStaysForTheOtherAllocation(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mount1, "from-a1"), []byte("a1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitHolderStatementsWritten(t, e.c)
+	e.c.WaitForHolderDetach(30 * time.Second)
 	slowUnpublish(e.nodes["w1"])
 
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "a1"); err != nil {

@@ -116,6 +116,7 @@ func TestMetrics_PrometheusViewMovesWithClaimsReleasesAndRaft(t *testing.T) {
 	}
 	e.run(t, "ma1", "w1", "mv1")
 	e.waitAlloc(t, "ma1", structs.AllocClientRunning)
+	e.c.WaitForHolderDetach(30 * time.Second)
 	// A claim the state machine refuses, and a release of nothing.
 	_, err = e.api.Claim(harness.Ctx(t, 30*time.Second), &structs.VolumeClaimRequest{
 		VolumeID: "no-such-volume", AllocID: "ma1", NodeID: e.clients["w1"].NodeID(), Mode: structs.ClaimModeWrite})
@@ -125,7 +126,8 @@ func TestMetrics_PrometheusViewMovesWithClaimsReleasesAndRaft(t *testing.T) {
 	if _, err := e.api.Release(harness.Ctx(t, 30*time.Second), "mv1", "no-such-alloc"); err != nil {
 		t.Fatalf("release of no claim exp: no error got: %v", err)
 	}
-	// The allocation stops: node detach, controller detach, freed.
+	// The allocation stops: the node's own node detach recorded in the
+	// release entry (decision 61), the controller detach, freed.
 	if _, err := e.api.StopAllocs(harness.Ctx(t, 30*time.Second), "ma1"); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,7 @@ func TestMetrics_PrometheusViewMovesWithClaimsReleasesAndRaft(t *testing.T) {
 		{"claimd_claim_requests", map[string]string{"op": "release", "result": "ok"}},
 		{"claimd_batch_size", map[string]string{"batch": "claim"}},
 		{"claimd_batch_size", map[string]string{"batch": "checkpoint"}},
-		{"claimd_release_attempts", map[string]string{"plugin": "hostdir", "step": "node_detach"}},
+		{"claimd_release_holder_detached", nil},
 		{"claimd_release_attempts", map[string]string{"plugin": "hostdir", "step": "controller_detach"}},
 		{"claimd_release_stop_to_freed", map[string]string{"plugin": "hostdir"}},
 		{"claimd_rpc_request", map[string]string{"method": "Volume.Claim"}},

@@ -104,13 +104,7 @@ func newOwnDetachEnv(t *testing.T, ttl time.Duration, extra ...string) *odEnv {
 	// The statement is written only once every server said it applies it
 	// (entry type 30); before that every release takes the servers' path
 	// and these tests would not test the node's.
-	harness.WaitFor(t, 30*time.Second, func() error {
-		l := c.Leader()
-		if l == nil || l.Server() == nil || !l.Server().AllServersSupport(structs.FeatureHolderDetached) {
-			return fmt.Errorf("entry feature gate exp: open got: closed")
-		}
-		return nil
-	})
+	c.WaitForHolderDetach(30 * time.Second)
 	return e
 }
 

@@ -731,8 +731,11 @@ alloc { capabilities = ["read", "place", "stop"] }
 		}
 	}
 
-	// Stop the alloc with the scheduler token; the release (node detach,
-	// controller detach) is the new leader's own work.
+	// Stop the alloc with the scheduler token; the release (the node's own
+	// node detach, said in its report, then the controller detach) is the
+	// new leader's own work. The new leader writes the node's statement
+	// once every server has told it that it applies it (decision 61).
+	e.c.WaitForHolderDetach(30 * time.Second)
 	sched = follower.ClientWithToken(tok.SecretID)
 	if _, err := sched.StopAllocs(ctx, "a1"); err != nil {
 		t.Fatalf("stop with the scheduler token exp: ok got: %v", err)

@@ -288,9 +288,16 @@ func TestStaleLeader_PausedBeforeAStorageCallMakesNoneAfterTheNewLeader(t *testi
 			trigger: func(t *testing.T, vol string) { e.place(t, e.leader, vol, vol+"-a1", "w1") },
 		},
 		{
+			// Released by call, not by the allocation's stop: at a stop the
+			// agent unmounts first and says so (decision 61), and the
+			// servers then make no node detach at all.
 			name: "node-detach", method: "ClientCSI.NodeDetachVolume",
-			setup:   func(t *testing.T, vol string) { e.run(t, e.leader, vol, vol+"-a1", "w1") },
-			trigger: func(t *testing.T, vol string) { e.stop(t, e.leader, vol+"-a1") },
+			setup: func(t *testing.T, vol string) { e.run(t, e.leader, vol, vol+"-a1", "w1") },
+			trigger: func(t *testing.T, vol string) {
+				if _, err := e.apis[e.leader].Release(harness.Ctx(t, 10*time.Second), vol, vol+"-a1"); err != nil {
+					t.Fatalf("release of %s-a1 exp: ok got: %v", vol, err)
+				}
+			},
 		},
 		{
 			name: "controller-detach", method: "ClientCSI.ControllerDetachVolume",

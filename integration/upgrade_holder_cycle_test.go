@@ -43,15 +43,6 @@ func (r release) String() string {
 }
 
 // stepIndex is the index of the claim's step in state s (0: none).
-func stepIndex(c *structs.Claim, s structs.ClaimState) uint64 {
-	for _, st := range c.Steps {
-		if st.State == s {
-			return st.Index
-		}
-	}
-	return 0
-}
-
 // agentNodeDetaches counts the agent's "node detached volume" log lines
 // for alloc: client/csi_endpoint.go logs one for every NodeDetachVolume
 // the servers send (the agent's own unmount at a stop does not log it).

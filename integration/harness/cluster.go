@@ -19,6 +19,7 @@ import (
 	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/internal/testutil"
 	"github.com/claimd/claimd/server"
+	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -293,6 +294,25 @@ func (c *Cluster) WaitForLeader(timeout time.Duration) *TestServer {
 		return nil
 	})
 	return leader
+}
+
+// WaitForHolderDetach waits until the leader writes the entries that record
+// a holding node's own node detach (every server has reported
+// structs.FeatureHolderDetached, decision 61). Before that, and for a
+// moment after each election, every release takes the servers' node
+// detach: a test of either path waits for this first.
+func (c *Cluster) WaitForHolderDetach(timeout time.Duration) {
+	c.t.Helper()
+	WaitFor(c.t, timeout, func() error {
+		l := c.Leader()
+		if l == nil || l.Server() == nil {
+			return errors.New("no single leader")
+		}
+		if !l.Server().AllServersSupport(structs.FeatureHolderDetached) {
+			return fmt.Errorf("leader %s: every server reported the holder-detached entries exp: yes got: not yet", l.Name)
+		}
+		return nil
+	})
 }
 
 // Followers returns the running servers that are not the leader.
