@@ -119,8 +119,12 @@ func New(cfg Config) (*Agent, error) {
 	a.plugins, err = csi.NewManager(csi.ManagerConfig{
 		Plugins:       cfg.Plugins,
 		ProbeInterval: cfg.ProbeInterval,
-		OnChange:      func([]csi.PluginFingerprint) { a.wakeHeartbeat() },
-		Logger:        a.logger,
+		// A plugin call is bounded by the operation that makes it (a
+		// mount, a server's detach with its budget), not by the probe's
+		// few seconds.
+		CallTimeout: callTimeout,
+		OnChange:    func([]csi.PluginFingerprint) { a.wakeHeartbeat() },
+		Logger:      a.logger,
 	})
 	if err != nil {
 		cancel()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	"github.com/claimd/claimd/internal/backoff"
 	"github.com/claimd/claimd/internal/faultpoint"
 )
 
 // ownDetachTimeout bounds the agent's own unmount of one volume at an
-// allocation's stop: past it the stop is reported without that volume and
-// the servers' node detach (with its retries) does it.
+// allocation's stop, retries included: past it the stop is reported
+// without that volume and the servers' node detach (with its retries) does
+// it.
 const ownDetachTimeout = 10 * time.Second
 
 // The fault points of the own node detach (internal/faultpoint: a test
@@ -57,9 +59,10 @@ func (r *allocRunner) detachOwn(ctx context.Context, allocID string) []string {
 		}
 		r.a.leaseFile.markStopping(allocID, h.VolumeID)
 		faultpoint.Stop(pointOwnMarked)
-		uctx, cancel := context.WithTimeout(ctx, ownDetachTimeout)
-		err = mm.UnmountVolume(uctx, h.VolumeID, h.ExternalID, allocID, h.usage())
-		cancel()
+		err = unmountRetrying(ctx, func(uctx context.Context) error {
+			return mm.UnmountVolume(uctx, h.VolumeID, h.ExternalID, allocID, h.usage())
+		})
+		countOwnDetach(h.PluginID, err)
 		if err != nil {
 			r.a.logger.Warn("own node detach failed; the servers will detach", "alloc", allocID, "volume", h.VolumeID, "error", err)
 			continue
@@ -78,4 +81,25 @@ func (r *allocRunner) detachOwn(ctx context.Context, allocID string) []string {
 		faultpoint.Stop(pointOwnRecordsDropped)
 	}
 	return done
+}
+
+// unmountRetrying runs unmount until it succeeds or ownDetachTimeout has
+// passed. The first try usually comes while the workload still runs:
+// claimd exec sees the claim marked stopping within 100 ms and then ends
+// its process group, and a mount it holds open is busy until then. A plugin
+// that is restarting gets the same few seconds. Repeating an unmount is
+// harmless (seed 6).
+func unmountRetrying(ctx context.Context, unmount func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, ownDetachTimeout)
+	defer cancel()
+	pace := backoff.WithJitter(100*time.Millisecond, time.Second)
+	for {
+		err := unmount(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if backoff.Sleep(ctx, pace.Next()) != nil {
+			return err
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 const DefaultProbeInterval = 5 * time.Second
 
 // DefaultProbeTimeout bounds each fingerprint call when
-// ManagerConfig.CallTimeout is zero. Identity and capability calls answer
+// ManagerConfig.ProbeTimeout is zero. Identity and capability calls answer
 // from memory; a plugin slower than this is unhealthy.
 const DefaultProbeTimeout = 5 * time.Second
 
@@ -26,7 +26,14 @@ const DefaultProbeTimeout = 5 * time.Second
 type ManagerConfig struct {
 	Plugins       []PluginConfig
 	ProbeInterval time.Duration
-	CallTimeout   time.Duration
+	// ProbeTimeout bounds each plugin's fingerprint in a round
+	// (DefaultProbeTimeout when zero).
+	ProbeTimeout time.Duration
+	// CallTimeout bounds every other call made through the manager's
+	// clients: stage, publish, their undoing, controller calls
+	// (DefaultCallTimeout when zero). It used to be the probe's bound too,
+	// which cut a stage or publish on real storage short at 5 s.
+	CallTimeout time.Duration
 	// OnChange receives every fingerprint (sorted by ID) after the first
 	// round and after any round in which one of them changed. It is called
 	// from the manager's goroutine or from Refresh's caller, never two at a
@@ -66,8 +73,11 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = DefaultProbeInterval
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
 	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultProbeTimeout
+		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -212,6 +222,8 @@ func (m *Manager) round(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, m.cfg.ProbeTimeout)
+			defer cancel()
 			old := prev[pc.ID]
 			if old.Healthy {
 				// Static facts were learnt when it became healthy; while

@@ -53,7 +53,7 @@ func mustManager(t *testing.T, plugins []PluginConfig, ch *changes) *Manager {
 	m, err := NewManager(ManagerConfig{
 		Plugins:       plugins,
 		ProbeInterval: 20 * time.Millisecond,
-		CallTimeout:   2 * time.Second,
+		ProbeTimeout:  2 * time.Second,
 		OnChange:      ch.record,
 		Logger:        testLogger(t),
 	})
@@ -171,7 +171,7 @@ func TestManagerStopLeavesNoGoroutines(t *testing.T) {
 	m, err := NewManager(ManagerConfig{
 		Plugins:       []PluginConfig{{ID: "hostdir", Type: PluginTypeMonolith, Socket: tp.socket}},
 		ProbeInterval: 10 * time.Millisecond,
-		CallTimeout:   time.Hour,
+		ProbeTimeout:  time.Hour,
 		OnChange:      ch.record,
 	})
 	if err != nil {

@@ -532,10 +532,8 @@ func TestOwnDetach_FailedUnmountLeftToTheServers(t *testing.T) {
 // (c) The own unmount hangs (the plugin does not answer NodeUnpublish):
 // the stop gives up and reports without the volume rather than holding
 // the report for the plugin; the servers' node detach, with its retries,
-// does it once the plugin answers again. (The bound that acts first today
-// is the agent's per-call plugin timeout, 5 s, csi.DefaultProbeTimeout;
-// the stop's own ownDetachTimeout, 10 s, bounds the whole unmount with its
-// lock wait.)
+// does it once the plugin answers again. (The bound is the stop's own
+// ownDetachTimeout, 10 s, over the unmount's tries and its lock wait.)
 func TestOwnDetach_HungUnmountDoesNotHoldTheReport(t *testing.T) {
 	testFailedUnmount(t, "context deadline exceeded",
 		func(e *odEnv) {
