@@ -38,16 +38,7 @@ func TestHolderDetach_FenceExecWriterEndsBeforeTheNextHolderWrites(t *testing.T)
 	e := newFxEnv(t)
 	x, pid, records := e.startFencedWriter(t)
 	e.place(t, "a3", e.clients["w2"].NodeID())
-	harness.WaitFor(t, 30*time.Second, func() error {
-		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a3", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if a.ClientStatus != structs.AllocClientPending || !strings.Contains(a.ClientDescription, "vf") {
-			return fmt.Errorf("a3 exp: pending, waiting for vf got: %s (%s)", a.ClientStatus, a.ClientDescription)
-		}
-		return nil
-	})
+	e.waitPendingFor(t, "a3", "vf")
 	e.c.WaitForHolderDetach(30 * time.Second)
 	// A slow unmount (2 s) leaves exec's poll (100 ms) time to see the
 	// claim marked stopping and end the workload while the unmount runs:

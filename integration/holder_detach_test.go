@@ -96,6 +96,22 @@ func (e *releaseEnv) waitRunning(t *testing.T, allocID string) {
 	})
 }
 
+// waitPendingFor waits until allocID is pending with its agent waiting for
+// volume vol (its claim refused: another allocation holds the volume).
+func (e *releaseEnv) waitPendingFor(t *testing.T, allocID, vol string) {
+	t.Helper()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), allocID, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if a.ClientStatus != structs.AllocClientPending || !strings.Contains(a.ClientDescription, vol) {
+			return fmt.Errorf("%s exp: pending, waiting for %s got: %s (%s)", allocID, vol, a.ClientStatus, a.ClientDescription)
+		}
+		return nil
+	})
+}
+
 // stepIndex is the Raft index at which c reached state (0: never).
 func stepIndex(c *structs.Claim, state structs.ClaimState) uint64 {
 	for _, s := range c.Steps {
@@ -146,16 +162,7 @@ func TestHolderDetach_ControllerDetachWaitsForTheHoldersOwnUnmount(t *testing.T)
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
 	e.run(t, "a2", "w2", "v1")
 	// a2's claim is refused (one writer) and retried by w2's agent.
-	harness.WaitFor(t, 30*time.Second, func() error {
-		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if a.ClientStatus != structs.AllocClientPending || !strings.Contains(a.ClientDescription, "v1") {
-			return fmt.Errorf("a2 exp: pending, waiting for v1 got: %s (%s)", a.ClientStatus, a.ClientDescription)
-		}
-		return nil
-	})
+	e.waitPendingFor(t, "a2", "v1")
 	e.c.WaitForHolderDetach(30 * time.Second)
 	slowUnpublish(e.nodes["w1"])
 

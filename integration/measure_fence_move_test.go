@@ -83,16 +83,7 @@ func fenceMoveOnce(t *testing.T, lease time.Duration) fenceMove {
 	// The waiter: placed on w2 and refused for max_claims, so its agent
 	// now holds a claim with Wait on the leader.
 	e.run(t, "a2", "w2", "vf")
-	harness.WaitFor(t, 30*time.Second, func() error {
-		a, _, err := e.api.Alloc(harness.Ctx(t, 10*time.Second), "a2", structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if a.ClientStatus != structs.AllocClientPending || !strings.Contains(a.ClientDescription, "waiting for volume") {
-			return fmt.Errorf("a2 exp: pending, waiting for vf got: %s (%s)", a.ClientStatus, a.ClientDescription)
-		}
-		return nil
-	})
+	e.waitPendingFor(t, "a2", "vf")
 
 	// w2's allocation seen running, by blocking query from before the cut.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
 	"github.com/claimd/claimd/internal/leasefile"
 	"github.com/claimd/claimd/structs"
-	"github.com/claimd/claimd/tlsutil"
 )
 
 // A restarted agent fences before anything else (issue 39), with the
@@ -31,15 +29,10 @@ import (
 const restartLease = 3 * time.Second
 
 type restartEnv struct {
-	*releaseEnv
+	*agentProcessEnv
 	dir     string
 	hookLog string
 	pidDir  string
-	// w1 is the agent process, with its plugin in process.
-	w1       *harness.Process
-	w1Data   string
-	w1Plugin *harness.TestPlugin
-	w1Node   string
 }
 
 // newRestartEnv starts three servers, w1 (agent process, lease 3 s, the
@@ -51,47 +44,12 @@ func newRestartEnv(t *testing.T, hook func(e *restartEnv) string, extra ...strin
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	dir := t.TempDir()
-	e := &restartEnv{
-		releaseEnv: &releaseEnv{c: c, root: filepath.Join(dir, "storage"),
-			nodes: map[string]*harness.TestPlugin{}, clients: map[string]*harness.TestClient{}},
-		dir: dir, hookLog: filepath.Join(dir, "hook.log"), pidDir: filepath.Join(dir, "pids"),
-		w1Data: filepath.Join(dir, "w1"),
-	}
+	e := &restartEnv{agentProcessEnv: newAgentProcessEnv(c, dir),
+		dir: dir, hookLog: filepath.Join(dir, "hook.log"), pidDir: filepath.Join(dir, "pids")}
 	if err := os.MkdirAll(e.pidDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e.api = c.Servers[0].Client()
-	var addrs []string
-	for _, s := range c.Servers {
-		addrs = append(addrs, s.Addr)
-	}
-	e.w1Plugin = harness.StartPlugin(t, "w1", hostdir.ModeNode, e.root)
-	e.nodes["w1"] = e.w1Plugin
-	args := []string{"agent", "-client", "-servers", strings.Join(addrs, ","), "-data-dir", e.w1Data,
-		"-node-name", "w1", "-csi-plugin", "id=hostdir,type=node,socket=unix://" + e.w1Plugin.Socket,
-		"-plugin-probe-interval", "200ms", "-node-lease", restartLease.String(),
-		"-fence-command", hook(e), "-log-level", "debug", "-http-addr", "off",
-		"-tls-ca-file", c.PKI().CAFile, "-tls-cert-file", c.PKI().CertFile[tlsutil.RoleClient], "-tls-key-file", c.PKI().KeyFile[tlsutil.RoleClient]}
-	e.w1 = harness.StartProcess(t, "w1", append(args, extra...)...)
-	harness.WaitFor(t, 30*time.Second, func() error {
-		var id struct{ ID string }
-		b, err := os.ReadFile(filepath.Join(e.w1Data, "node-identity.json"))
-		if err == nil {
-			err = json.Unmarshal(b, &id)
-		}
-		if err != nil || id.ID == "" {
-			return fmt.Errorf("w1 node identity exp: written got: %v", err)
-		}
-		e.w1Node = id.ID
-		return nil
-	})
-	p := harness.StartPlugin(t, "w2", hostdir.ModeNode, e.root)
-	e.nodes["w2"] = p
-	e.clients["w2"] = c.StartClient("w2", []string{addrs[1], addrs[2], addrs[0]}, p.Config())
-	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
-	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
-	e.ctrlClient.AdmitControllers()
-	waitHostdirHealthy(t, e.api, 2, 1)
+	e.startNodes(t, append([]string{"-node-lease", restartLease.String(), "-fence-command", hook(e)}, extra...)...)
 	return e
 }
 

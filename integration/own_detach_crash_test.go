@@ -16,7 +16,6 @@ import (
 	"github.com/claimd/claimd/internal/faultpoint"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/structs"
-	"github.com/claimd/claimd/tlsutil"
 )
 
 // The holding node detaches first (client/stop_detach.go): at an
@@ -41,13 +40,9 @@ const (
 )
 
 type odEnv struct {
-	*releaseEnv
+	*agentProcessEnv
 	// points is the file w1's $CLAIMD_FAULT_POINTS names.
-	points   string
-	w1       *harness.Process
-	w1Data   string
-	w1Plugin *harness.TestPlugin
-	w1Node   string
+	points string
 }
 
 // newOwnDetachEnv starts three servers telling nodes to heartbeat within
@@ -59,48 +54,14 @@ func newOwnDetachEnv(t *testing.T, ttl time.Duration, extra ...string) *odEnv {
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	dir := t.TempDir()
-	e := &odEnv{
-		releaseEnv: &releaseEnv{c: c, root: filepath.Join(dir, "storage"),
-			nodes: map[string]*harness.TestPlugin{}, clients: map[string]*harness.TestClient{}},
-		points: filepath.Join(dir, "fault-points"), w1Data: filepath.Join(dir, "w1"),
-	}
+	e := &odEnv{agentProcessEnv: newAgentProcessEnv(c, dir), points: filepath.Join(dir, "fault-points")}
 	if err := os.WriteFile(e.points, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The agent process inherits the variable; this test process read it
 	// (empty) when it started, so nothing in process ever stops.
 	t.Setenv(faultpoint.Env, e.points)
-	e.api = c.Servers[0].Client()
-	var addrs []string
-	for _, s := range c.Servers {
-		addrs = append(addrs, s.Addr)
-	}
-	e.w1Plugin = harness.StartPlugin(t, "w1", hostdir.ModeNode, e.root)
-	e.nodes["w1"] = e.w1Plugin
-	args := []string{"agent", "-client", "-servers", strings.Join(addrs, ","), "-data-dir", e.w1Data,
-		"-node-name", "w1", "-csi-plugin", "id=hostdir,type=node,socket=unix://" + e.w1Plugin.Socket,
-		"-plugin-probe-interval", "200ms", "-log-level", "debug", "-http-addr", "off",
-		"-tls-ca-file", c.PKI().CAFile, "-tls-cert-file", c.PKI().CertFile[tlsutil.RoleClient], "-tls-key-file", c.PKI().KeyFile[tlsutil.RoleClient]}
-	e.w1 = harness.StartProcess(t, "w1", append(args, extra...)...)
-	harness.WaitFor(t, 30*time.Second, func() error {
-		var id struct{ ID string }
-		b, err := os.ReadFile(filepath.Join(e.w1Data, "node-identity.json"))
-		if err == nil {
-			err = json.Unmarshal(b, &id)
-		}
-		if err != nil || id.ID == "" {
-			return fmt.Errorf("w1 node identity exp: written got: %v", err)
-		}
-		e.w1Node = id.ID
-		return nil
-	})
-	p := harness.StartPlugin(t, "w2", hostdir.ModeNode, e.root)
-	e.nodes["w2"] = p
-	e.clients["w2"] = c.StartClient("w2", []string{addrs[1], addrs[2], addrs[0]}, p.Config())
-	e.controller = harness.StartPlugin(t, "ctrl", hostdir.ModeController, e.root)
-	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
-	e.ctrlClient.AdmitControllers()
-	waitHostdirHealthy(t, e.api, 2, 1)
+	e.startNodes(t, extra...)
 	// The statement is written only once every server said it applies it
 	// (entry type 30); before that every release takes the servers' path
 	// and these tests would not test the node's.
