@@ -183,10 +183,13 @@ func checkRaftHealthCLI(t *testing.T, c *harness.Cluster, via *harness.TestServe
 		t.Fatalf("claimd operator raft health exp: exit 0 got: %d %s", r.Code, r.Stderr)
 	}
 	lines := strings.Split(strings.TrimRight(r.Stdout, "\n"), "\n")
-	if len(lines) != 7 || !strings.HasPrefix(lines[0], "Node") || !strings.Contains(lines[0], "Last Contact") ||
+	// Healthy means every server answered the leader, and with its answer
+	// said which entry features it applies: all of this build's.
+	if len(lines) != 8 || !strings.HasPrefix(lines[0], "Node") || !strings.Contains(lines[0], "Last Contact") ||
 		!strings.Contains(lines[0], "Index Lag") || lines[5] != "Healthy: true (failure tolerance 1)" ||
-		!strings.HasPrefix(lines[6], "Thresholds: last contact 1s, index lag 1024; dead-server cleanup off") {
-		t.Fatalf("table exp: header, 3 rows, blank, verdict, thresholds got:\n%s", r.Stdout)
+		lines[6] != "Entry features every server applies: holder-detached" ||
+		!strings.HasPrefix(lines[7], "Thresholds: last contact 1s, index lag 1024; dead-server cleanup off") {
+		t.Fatalf("table exp: header, 3 rows, blank, verdict, entry features, thresholds got:\n%s", r.Stdout)
 	}
 	for i, l := range lines[1:4] {
 		f := strings.Fields(l)

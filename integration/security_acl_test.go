@@ -731,11 +731,11 @@ alloc { capabilities = ["read", "place", "stop"] }
 		}
 	}
 
-	// Stop the alloc with the scheduler token; the release (the node's own
-	// node detach, said in its report, then the controller detach) is the
-	// new leader's own work. The new leader writes the node's statement
-	// once every server has told it that it applies it (decision 61).
-	e.c.WaitForHolderDetach(30 * time.Second)
+	// Stop the alloc with the scheduler token; the release (node detach,
+	// controller detach) is the new leader's own work. The agent unmounts
+	// first; the old leader, stopped, never told the new one which entries
+	// it applies, so the node's statement is not written (decision 61) and
+	// the new leader's node detach runs too, finding nothing mounted.
 	sched = follower.ClientWithToken(tok.SecretID)
 	if _, err := sched.StopAllocs(ctx, "a1"); err != nil {
 		t.Fatalf("stop with the scheduler token exp: ok got: %v", err)
@@ -759,8 +759,8 @@ alloc { capabilities = ["read", "place", "stop"] }
 	})
 	audit := e.auditAll()
 	checkDetachOrder(t, audit, nil)
-	if n := countCalls(audit, "NodeUnpublishVolume", "ext-v1", "ok"); n != 1 {
-		t.Errorf("NodeUnpublish of v1 after the leader change exp: 1 got: %d", n)
+	if n := countCalls(audit, "NodeUnpublishVolume", "ext-v1", "ok"); n != 2 {
+		t.Errorf("NodeUnpublish of v1 after the leader change exp: 2 (the agent's own, the new leader's) got: %d", n)
 	}
 	if n := countCalls(audit, "ControllerUnpublishVolume", "ext-v1", "ok"); n < 1 {
 		t.Errorf("ControllerUnpublish of v1 after the leader change exp: >= 1 got: %d", n)
