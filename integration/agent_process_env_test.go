@@ -11,6 +11,7 @@ import (
 
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/integration/harness"
+	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -74,4 +75,20 @@ func (e *agentProcessEnv) startNodes(t *testing.T, agentFlags ...string) {
 	e.ctrlClient = c.StartClient("ctrl", []string{addrs[2], addrs[1], addrs[0]}, e.controller.Config())
 	e.ctrlClient.AdmitControllers()
 	waitHostdirHealthy(t, e.api, 2, 1)
+}
+
+// waitW1Down waits until the servers have marked w1 down (its heartbeats
+// missed past the TTL).
+func (e *agentProcessEnv) waitW1Down(t *testing.T) {
+	t.Helper()
+	harness.WaitFor(t, 30*time.Second, func() error {
+		n, _, err := e.api.Node(harness.Ctx(t, 10*time.Second), e.w1Node, structs.QueryOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Status != structs.NodeStatusDown {
+			return fmt.Errorf("w1 exp: down got: %s", n.Status)
+		}
+		return nil
+	})
 }

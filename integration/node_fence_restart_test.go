@@ -213,16 +213,7 @@ func TestNodeFence_RestartedAgentFencesBeforeReady(t *testing.T) {
 		t.Fatal("w1's writer exp: still running while no agent runs there got: gone")
 	default:
 	}
-	harness.WaitFor(t, 30*time.Second, func() error {
-		n, _, err := e.api.Node(harness.Ctx(t, 10*time.Second), e.w1Node, structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Status != structs.NodeStatusDown {
-			return fmt.Errorf("w1 exp: down got: %s", n.Status)
-		}
-		return nil
-	})
+	e.waitW1Down(t)
 
 	// Watch w1's status from before the restart: the first time it shows
 	// ready.

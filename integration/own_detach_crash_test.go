@@ -357,16 +357,7 @@ func testPausedPastTTL(t *testing.T, point string) {
 	e := newOwnDetachEnv(t, 2*time.Second)
 	mount := e.holdAndWait(t, structs.NodeLostWait)
 	e.stopAt(t, point)
-	harness.WaitFor(t, 30*time.Second, func() error {
-		n, _, err := e.api.Node(harness.Ctx(t, 10*time.Second), e.w1Node, structs.QueryOptions{})
-		if err != nil {
-			return err
-		}
-		if n.Status != structs.NodeStatusDown {
-			return fmt.Errorf("w1 exp: down got: %s", n.Status)
-		}
-		return nil
-	})
+	e.waitW1Down(t)
 	e.waitAlloc(t, "a1", structs.AllocClientLost)
 	before := e.unpublishes()
 

@@ -91,20 +91,7 @@ func startMixedCluster(t *testing.T, bins []string, agentOn []int) *mixedEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon, err := api.NewClient(api.Config{Addresses: e.addrs, TLS: tlsConf, Timeout: 15 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { anon.Close() })
-	var token string
-	harness.WaitFor(t, 60*time.Second, func() error {
-		tok, err := anon.ACLBootstrap(harness.Ctx(t, 15*time.Second))
-		if err != nil {
-			return err
-		}
-		token = tok.SecretID
-		return nil
-	})
+	token := bootstrapACL(t, e.addrs, tlsConf)
 	e.cfg = api.Config{TLS: tlsConf, Token: token, Timeout: 15 * time.Second}
 	all := e.cfg
 	all.Addresses = e.addrs

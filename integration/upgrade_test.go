@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,6 +50,28 @@ func buildAt(t *testing.T, commit string) string {
 		t.Fatalf("build %s: %v\n%s", commit[:12], err, out)
 	}
 	return bin
+}
+
+// bootstrapACL bootstraps the ACL system of the cluster at addrs (mutual
+// TLS with tlsConf, no token yet), retrying until a leader answers, and
+// returns the management token's secret.
+func bootstrapACL(t *testing.T, addrs []string, tlsConf *tls.Config) string {
+	t.Helper()
+	anon, err := api.NewClient(api.Config{Addresses: addrs, TLS: tlsConf, Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	var token string
+	harness.WaitFor(t, 60*time.Second, func() error {
+		tok, err := anon.ACLBootstrap(harness.Ctx(t, 15*time.Second))
+		if err != nil {
+			return err
+		}
+		token = tok.SecretID
+		return nil
+	})
+	return token
 }
 
 // TestUpgrade_RollingFromEarlierBuild (issue 29): a secured three-server
@@ -101,19 +124,7 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon, err := api.NewClient(api.Config{Addresses: addrs, TLS: tlsConf, Timeout: 15 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mgmtToken string
-	harness.WaitFor(t, 60*time.Second, func() error {
-		tok, err := anon.ACLBootstrap(harness.Ctx(t, 15*time.Second))
-		if err != nil {
-			return err
-		}
-		mgmtToken = tok.SecretID
-		return nil
-	})
+	mgmtToken := bootstrapACL(t, addrs, tlsConf)
 	c, err := api.NewClient(api.Config{Addresses: addrs, TLS: tlsConf, Token: mgmtToken, Timeout: 15 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -503,7 +503,7 @@ func (s *Server) featuresOf(id raft.ServerID) uint64 {
 }
 
 func (s *Server) allServersSupport(f uint64) bool {
-	if structs.EntryFeatures&f != f || !s.IsLeader() {
+	if !s.IsLeader() {
 		return false
 	}
 	fut := s.raft.Raft.GetConfiguration()
@@ -511,7 +511,7 @@ func (s *Server) allServersSupport(f uint64) bool {
 		return false
 	}
 	for _, srv := range fut.Configuration().Servers {
-		if string(srv.ID) != s.id && s.autopilot.featuresOf(srv.ID)&f != f {
+		if s.featuresOf(srv.ID)&f != f {
 			return false
 		}
 	}
