@@ -185,6 +185,11 @@ func (u *AllocClientUpdate) ValidateDetached(field string) error {
 	if !u.ClientStatus.Terminal() {
 		return Invalid(field, fmt.Sprintf("only a terminal status may carry it, not %q", u.ClientStatus))
 	}
+	// An allocation holds at most maxAllocVolumes volumes: a longer list
+	// cannot be true, and is refused before the state machine reads it.
+	if len(u.DetachedVolumes) > maxAllocVolumes {
+		return Invalid(field, fmt.Sprintf("has %d entries, at most %d allowed", len(u.DetachedVolumes), maxAllocVolumes))
+	}
 	seen := make(map[string]bool, len(u.DetachedVolumes))
 	for i, id := range u.DetachedVolumes {
 		if err := ValidateID(fmt.Sprintf("%s[%d]", field, i), id); err != nil {

@@ -1,6 +1,7 @@
 package structs
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,8 @@ func TestAllocClientUpdate_ValidateDetached(t *testing.T) {
 			`detached_volumes[1]: "v1" is given twice`},
 		{"empty ID", AllocClientUpdate{ClientStatus: AllocClientComplete, DetachedVolumes: []string{""}},
 			`detached_volumes[0]`},
+		{"more than an allocation may hold", AllocClientUpdate{ClientStatus: AllocClientComplete, DetachedVolumes: manyVolumeIDs(maxAllocVolumes + 1)},
+			`detached_volumes: has 65 entries, at most 64 allowed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.u.ValidateDetached("detached_volumes")
@@ -32,4 +35,12 @@ func TestAllocClientUpdate_ValidateDetached(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyVolumeIDs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("v%d", i)
+	}
+	return out
 }
