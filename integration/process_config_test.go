@@ -138,10 +138,12 @@ client {
 		}
 		return nil
 	})
+	// The mark goes before the stop: the agent unmounts at once and logs
+	// it (decision 61), often before the CLI has returned.
+	mark = len(dev.Output())
 	if r := cli("alloc", "stop", "-address", addr, "cfg-alloc"); r.Code != 0 {
 		t.Fatalf("alloc stop exp: exit 0 got: %d %s", r.Code, r.Stderr)
 	}
-	mark = len(dev.Output())
 	harness.WaitFor(t, 30*time.Second, func() error {
 		if !strings.Contains(dev.Output()[mark:], "[DEBUG]") {
 			return fmt.Errorf("after a refused reload exp: still at debug got: no debug lines yet")
