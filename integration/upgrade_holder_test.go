@@ -54,7 +54,6 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 	}
 	began := time.Now()
 	old := buildAt(t, holderDetachFrom)
-	t.Logf("built %s in %s", holderDetachFrom[:7], time.Since(began).Round(time.Millisecond))
 	const oldSrv = 2 // s3
 	e := startMixedCluster(t, []string{"", "", old}, []int{0, 1})
 
@@ -196,7 +195,7 @@ func TestUpgrade_HolderDetachWaitsForEveryServer(t *testing.T) {
 	addr := harness.FreeAddr(t)
 	e.addrs = append(e.addrs, addr)
 	s4 := harness.StartProcessWith(t, old, "s4", append([]string{"agent", "-server", "-data-dir", filepath.Join(e.dir, "s4"),
-		"-bind", addr, "-join", strings.Join(e.addrs[:3], ","), "-node-name", "s4", "-raft-multiplier", "0.2"}, e.serverCert(t)...)...)
+		"-bind", addr, "-join", strings.Join(e.addrs[:3], ","), "-node-name", "s4", "-raft-multiplier", "0.2", "-storage-lease", mixedStorageLease}, e.serverCert(t)...)...)
 	e.servers = append(e.servers, s4)
 	harness.WaitFor(t, 60*time.Second, func() error {
 		if !s4.Exited() {

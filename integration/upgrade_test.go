@@ -53,9 +53,11 @@ func buildAt(t *testing.T, commit string) string {
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/claimd")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+	began := time.Now()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", commit[:12], err, out)
 	}
+	t.Logf("built %s in %s", commit[:7], time.Since(began).Round(time.Millisecond))
 	return bin
 }
 
