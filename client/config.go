@@ -52,6 +52,11 @@ type Config struct {
 	// budget (FenceBudget); otherwise above 0 and below the budget, so the
 	// unmount still fits before the lease runs out.
 	FenceTimeout time.Duration
+	// OwnDetachTimeout bounds the agent's own unmount of one volume at an
+	// allocation's stop, retries included (decision 61): past it the stop
+	// is reported without that volume and the servers' node detach does
+	// it. 0: DefaultOwnDetachTimeout.
+	OwnDetachTimeout time.Duration
 	// ClockRate scales the lease clock against real time (tests of clock
 	// drift only; 0 means 1).
 	ClockRate float64
@@ -72,6 +77,9 @@ func (c *Config) validate() error {
 	}
 	if err := validateFenceTimeout(c.FenceTimeout, c.NodeLease); err != nil {
 		return err
+	}
+	if c.OwnDetachTimeout < 0 {
+		return structs.Invalid("own_detach_timeout", fmt.Sprintf("%s is negative: it must be above 0 (or 0 for the default, %s)", c.OwnDetachTimeout, DefaultOwnDetachTimeout))
 	}
 	if c.ClockRate < 0 || c.ClockRate > 0 && (c.ClockRate < 0.5 || c.ClockRate > 2) {
 		return structs.Invalid("clock_rate", fmt.Sprintf("%g is not between 0.5 and 2", c.ClockRate))

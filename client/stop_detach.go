@@ -8,11 +8,20 @@ import (
 	"github.com/claimd/claimd/internal/faultpoint"
 )
 
-// ownDetachTimeout bounds the agent's own unmount of one volume at an
-// allocation's stop, retries included: past it the stop is reported
-// without that volume and the servers' node detach (with its retries) does
-// it.
-const ownDetachTimeout = 10 * time.Second
+// DefaultOwnDetachTimeout bounds the agent's own unmount of one volume at
+// an allocation's stop, retries included, when Config.OwnDetachTimeout is
+// 0: past it the stop is reported without that volume and the servers'
+// node detach (with its retries) does it. Long enough for a workload to
+// end on its stopping mark and for a restarting plugin to come back.
+const DefaultOwnDetachTimeout = 10 * time.Second
+
+// ownDetachTimeout is this agent's bound (-own-detach-timeout).
+func (a *Agent) ownDetachTimeout() time.Duration {
+	if a.cfg.OwnDetachTimeout > 0 {
+		return a.cfg.OwnDetachTimeout
+	}
+	return DefaultOwnDetachTimeout
+}
 
 // The fault points of the own node detach (internal/faultpoint: a test
 // stops the agent process there, then kills it with SIGKILL or resumes it
@@ -59,7 +68,7 @@ func (r *allocRunner) detachOwn(ctx context.Context, allocID string) []string {
 		}
 		r.a.leaseFile.markStopping(allocID, h.VolumeID)
 		faultpoint.Stop(pointOwnMarked)
-		err = unmountRetrying(ctx, func(uctx context.Context) error {
+		err = unmountRetrying(ctx, r.a.ownDetachTimeout(), func(uctx context.Context) error {
 			return mm.UnmountVolume(uctx, h.VolumeID, h.ExternalID, allocID, h.usage())
 		})
 		countOwnDetach(h.PluginID, err)
@@ -83,14 +92,14 @@ func (r *allocRunner) detachOwn(ctx context.Context, allocID string) []string {
 	return done
 }
 
-// unmountRetrying runs unmount until it succeeds or ownDetachTimeout has
-// passed. The first try usually comes while the workload still runs:
-// claimd exec sees the claim marked stopping within 100 ms and then ends
-// its process group, and a mount it holds open is busy until then. A plugin
-// that is restarting gets the same few seconds. Repeating an unmount is
-// harmless (seed 6).
-func unmountRetrying(ctx context.Context, unmount func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, ownDetachTimeout)
+// unmountRetrying runs unmount until it succeeds or timeout (the agent's
+// own-detach timeout) has passed. The first try usually comes while the
+// workload still runs: claimd exec sees the claim marked stopping within
+// 100 ms and then ends its process group, and a mount it holds open is
+// busy until then. A plugin that is restarting gets the same few seconds.
+// Repeating an unmount is harmless (seed 6).
+func unmountRetrying(ctx context.Context, timeout time.Duration, unmount func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pace := backoff.WithJitter(100*time.Millisecond, time.Second)
 	for {

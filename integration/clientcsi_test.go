@@ -413,8 +413,10 @@ func TestClientCSI_NodeCallForwardedOnce(t *testing.T) {
 	}
 
 	// A follower makes no storage call of its own (decision 46): only
-	// the leader does.
-	err := call(f2, "ClientCSI.NodeDetachVolume", &detach)
+	// the leader does. Its no_leader answer is the result, not a reason to
+	// retry (the api client's default retried it for 10 s first).
+	var reply struct{}
+	err := f2.ServerIdentityClientNoRetry().Call(harness.Ctx(t, 30*time.Second), "ClientCSI.NodeDetachVolume", &detach, &reply)
 	checkCodedErr(t, "node detach made at a follower", err, structs.ErrNoLeader, "storage calls are made only by the leader")
 	// Through the leader, which does not hold w1's session: one hop to f1.
 	if err := call(e.leader, "ClientCSI.NodeDetachVolume", &detach); err != nil {

@@ -209,8 +209,12 @@ func (w *leaderWatch) stop() time.Time {
 // node while this one, alive and renewing, still has it mounted). The
 // release retries the node detach and finishes through it once the
 // plugin recovers.
+//
+// w1's own unmount at the stop fails too, and gets ownDetachWindow: with
+// the default 10 s the servers' release started only just before the
+// watch below ended, so the watch saw their retries for a moment at best.
 func TestNodeFence_ALiveNodeWhoseUnmountFailsIsNeverFenced(t *testing.T) {
-	e := newFenceEnv(t, 1)
+	e := newFenceEnvOpts(t, fenceOpts{ownDetach: ownDetachWindow})
 	e.registerPolicy(t, "vf", structs.NodeLostFence)
 	e.run(t, "a1", "w1", "vf")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)

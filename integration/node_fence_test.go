@@ -52,6 +52,8 @@ type fenceOpts struct {
 	hookFails bool
 	// configure edits every server's config last.
 	configure func(*server.Config)
+	// ownDetach is w1's -own-detach-timeout (0: the default).
+	ownDetach time.Duration
 }
 
 func newFenceEnvOpts(t *testing.T, o fenceOpts) *fenceEnv {
@@ -107,6 +109,7 @@ echo "cannot reach the workload of $CLAIMD_ALLOC_ID" >&2; exit 1`, e.hookLog)
 		if w == "w1" {
 			edit = func(cfg *client.Config) {
 				cfg.NodeLease, cfg.FenceCommand, cfg.ClockRate = o.lease, hook, o.clockRate
+				cfg.OwnDetachTimeout = o.ownDetach
 			}
 		}
 		order := append(append([]string{}, addrs[i%3:]...), addrs[:i%3]...)
@@ -408,7 +411,9 @@ func testNodeFence(t *testing.T, clockRate float64) {
 // heartbeat from w1 and counts the lease from when it took office, so
 // the volume still moves only after the fence, in order.
 func TestNodeFence_LeaderLostWithTheNode(t *testing.T) {
-	e := newFenceEnv(t, 1)
+	// The new leader's storage hold-off (7.25 s at this lease) stays
+	// longer than w1's node lease expiry (5.15 s), as with the default.
+	e := newFenceEnvOpts(t, fenceOpts{configure: shortStorageLease})
 	e.registerPolicy(t, "vf", structs.NodeLostFence)
 	e.run(t, "a1", "w1", "vf")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)

@@ -17,9 +17,11 @@ import (
 // target: a timer-driven retry would take the whole minute.
 func TestRelease_PluginBackRetriesAtOnceNotOnTheBackoff(t *testing.T) {
 	const backoff = 60 * time.Second
+	// w1's own unmount at the stop can only fail (its plugin is gone):
+	// ownDetachWindow.
 	e := newReleaseEnvOpts(t, harness.Options{Configure: func(cfg *server.Config) {
 		cfg.ReleaseBackoffBase, cfg.ReleaseBackoffMax = backoff, backoff
-	}}, nil, "w1")
+	}, ConfigureClient: shortOwnDetach}, nil, "w1")
 	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
 	e.run(t, "a1", "w1", "v1")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)

@@ -24,6 +24,9 @@ func TestRelease_PluginRestartedBetweenProbesRetriesAtOnce(t *testing.T) {
 	e := newReleaseEnvOpts(t, harness.Options{
 		Configure: func(cfg *server.Config) { cfg.ReleaseBackoffBase, cfg.ReleaseBackoffMax = backoff, backoff },
 		ConfigureClient: func(cfg *client.Config) {
+			// w1's own unmount at the stop can only fail (its plugin is
+			// killed first): ownDetachWindow.
+			shortOwnDetach(cfg)
 			if cfg.NodeName == "w1" {
 				cfg.ProbeInterval = time.Hour
 			}

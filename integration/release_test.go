@@ -187,7 +187,9 @@ func countCalls(entries []hostdir.AuditEntry, method, vol, result string) int {
 // blocking the system GC, and finishes by itself once the plugin is back —
 // node detach strictly before controller detach.
 func TestRelease_SeedScenario_PluginMissingThenBack(t *testing.T) {
-	e := newReleaseEnv(t, "w1", "w2")
+	// w1's own unmounts at the stop can only fail (its plugin is gone):
+	// ownDetachWindow each, not 10 s.
+	e := newReleaseEnvOpts(t, harness.Options{ConfigureClient: shortOwnDetach}, nil, "w1", "w2")
 	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
 	e.register(t, "v2", structs.AccessModeSingleNodeWriter)
 	e.register(t, "v3", structs.AccessModeMultiNodeReader)
@@ -292,7 +294,7 @@ func TestRelease_NodeDetachWithNothingMountedSucceeds(t *testing.T) {
 // A new leader resumes a release from its last checkpoint: the node step,
 // done before the old leader died, is not repeated.
 func TestRelease_LeaderKilledAfterNodeDetachResumesWithoutRepeatingIt(t *testing.T) {
-	e := newReleaseEnv(t, "w1")
+	e := newReleaseEnvOpts(t, harness.Options{Configure: shortStorageLease}, nil, "w1")
 	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
 	e.run(t, "a1", "w1", "v1")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)
@@ -437,7 +439,8 @@ func TestRelease_DownNodeClaimsWaitUntilForced(t *testing.T) {
 // A volume deregistered while its eval is pending: the eval ends and the
 // leader stops retrying it (no hot loop).
 func TestRelease_VolumeDeregisteredWhileEvalPending(t *testing.T) {
-	e := newReleaseEnv(t, "w1")
+	// w1's own unmount at the stop can only fail: ownDetachWindow.
+	e := newReleaseEnvOpts(t, harness.Options{ConfigureClient: shortOwnDetach}, nil, "w1")
 	e.register(t, "v1", structs.AccessModeSingleNodeWriter)
 	e.run(t, "a1", "w1", "v1")
 	e.waitAlloc(t, "a1", structs.AllocClientRunning)

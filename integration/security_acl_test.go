@@ -687,7 +687,7 @@ func TestACL_Lifecycle(t *testing.T) {
 // they work on a new leader; the new leader's release work needs no user
 // token (it calls the nodes with the server credentials).
 func TestACL_SurvivesLeaderChange(t *testing.T) {
-	e := newReleaseEnv(t, "w1")
+	e := newReleaseEnvOpts(t, harness.Options{Configure: shortStorageLease}, nil, "w1")
 	ctx := harness.Ctx(t, 3*time.Minute)
 	const rules = `
 volume { policy = "read" }

@@ -90,7 +90,9 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	// Cluster A: a client agent w1 running the built-in plugin (node and
 	// controller), a node w2 with a node plugin, volumes claimed by
 	// running allocations, and releases held pending by a failing plugin.
-	a := harness.NewCluster(t, 3, harness.Options{})
+	// Its agents give their own unmount ownDetachWindow: w1's plugin
+	// fails every NodeUnpublish, so it can only fail.
+	a := harness.NewCluster(t, 3, harness.Options{ConfigureClient: shortOwnDetach})
 	a.StartAll()
 	a.WaitForLeader(electionWait)
 	root := filepath.Join(t.TempDir(), "storage")
@@ -404,7 +406,9 @@ func (w testOutput) Write(p []byte) (int, error) {
 // although its eval's index is below what the watcher had seen.
 func TestSnapshot_CLIRestoresAnEarlierStateOfTheSameCluster(t *testing.T) {
 	ctx := harness.Ctx(t, 3*time.Minute)
-	c := harness.NewCluster(t, 3, harness.Options{})
+	// w1's plugin fails every NodeUnpublish: its own unmount at the stop
+	// can only fail, and gets ownDetachWindow.
+	c := harness.NewCluster(t, 3, harness.Options{ConfigureClient: shortOwnDetach})
 	c.StartAll()
 	c.WaitForLeader(electionWait)
 	plug := harness.StartPlugin(t, "w1", hostdir.ModeMonolith, filepath.Join(t.TempDir(), "storage"))

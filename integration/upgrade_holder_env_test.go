@@ -60,6 +60,14 @@ func (e *mixedEnv) serverCert(t *testing.T) []string {
 		"-tls-key-file", e.pki("global-server-claimd" + suffix + "-key.pem"), "-acl-enabled"}
 }
 
+// mixedStorageLease is every server's storage lease in the mixed cluster:
+// the shortest the servers accept (leaderlease.Min). When a server of the
+// old build wins the first election the test moves leadership to one of
+// this build, whose releases then wait out its hold-off: 7.25 s at this
+// lease, 12.5 s at the default. Every server must run the same lease (a
+// new leader's hold-off covers the calls of an old one by its own lease).
+const mixedStorageLease = "5s"
+
 // startMixedCluster starts len(bins) servers (bins[i] is server i's build,
 // "" this build) with TLS and ACLs, bootstraps the ACLs, and starts this
 // build's hostdir node plugin and client agent. The agent is given only
@@ -83,7 +91,7 @@ func startMixedCluster(t *testing.T, bins []string, agentOn []int) *mixedEnv {
 		name := fmt.Sprintf("s%d", i+1)
 		args := append([]string{"agent", "-server", "-bootstrap-expect", fmt.Sprint(len(bins)),
 			"-data-dir", filepath.Join(e.dir, name), "-bind", e.addrs[i], "-join", harness.JoinOthers(e.addrs, i),
-			"-node-name", name, "-raft-multiplier", "0.2"}, e.serverCert(t)...)
+			"-node-name", name, "-raft-multiplier", "0.2", "-storage-lease", mixedStorageLease}, e.serverCert(t)...)
 		e.servers = append(e.servers, harness.StartProcessWith(t, bin, name, args...))
 	}
 

@@ -183,7 +183,13 @@ func TestVolumeCreate_CreateClaimReleaseDelete(t *testing.T) {
 // then find it (capacity 0).
 func newCreateEnv(t *testing.T) *releaseEnv {
 	t.Helper()
-	e := newReleaseEnv(t, "w1")
+	return newCreateEnvOpts(t, harness.Options{})
+}
+
+// newCreateEnvOpts is newCreateEnv on a cluster made with opts.
+func newCreateEnvOpts(t *testing.T, opts harness.Options) *releaseEnv {
+	t.Helper()
+	e := newReleaseEnvOpts(t, opts, nil, "w1")
 	e.controller.Stop()
 	e.controller.NoAutoCreate = true
 	e.controller.Start()

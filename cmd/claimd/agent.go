@@ -55,6 +55,7 @@ type agentFlags struct {
 	nodeLease       time.Duration
 	fenceCommand    string
 	fenceTimeout    time.Duration
+	ownDetach       time.Duration
 	clockRate       float64
 	debugAddr       string
 	httpAddr        string
@@ -163,6 +164,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.DurationVar(&f.nodeLease, "node-lease", defaultNodeLease, "client: this node's lease; before it runs out unrenewed the node fences its fence-policy volumes (0: no lease, they wait like wait-policy ones)")
 	fs.StringVar(&f.fenceCommand, "fence-command", "", "client: shell command run before a fence unmounts a volume, to stop what writes through it (env CLAIMD_ALLOC_ID, CLAIMD_VOLUME_ID, CLAIMD_MOUNT_PATH, CLAIMD_NODE_ID)")
 	fs.DurationVar(&f.fenceTimeout, "fence-timeout", 0, "client: the longest one run of -fence-command may take; its whole process group is killed then (0: half the fence budget, which is a quarter of -node-lease, at most 10s; must be below the budget)")
+	fs.DurationVar(&f.ownDetach, "own-detach-timeout", client.DefaultOwnDetachTimeout, "client: how long this agent's own unmount of a stopping allocation's volume may take, retries included; past it the stop is reported without that volume and the servers' node detach does it (decision 61)")
 	fs.Float64Var(&f.clockRate, "clock-rate", 1, "testing only: run this client's lease clock at this rate of real time (0.5-2)")
 	fs.StringVar(&f.httpAddr, "http-addr", httpapi.DefaultAddr, "serve the HTTP API on this host:port (HTTPS with a client certificate when TLS is on; \"\" or off disables)")
 	fs.StringVar(&f.httpHosts, "http-allowed-hosts", "", "over plain HTTP, names besides IP addresses, localhost and this machine's name the HTTP API may be addressed by (comma-separated; others are refused, against DNS rebinding)")
@@ -354,7 +356,8 @@ func (a *agent) startClient() error {
 		Servers: a.servers, DataDir: dataDir, NodeName: a.f.nodeName, Plugins: a.f.plugins, Logger: a.logger,
 		ProbeInterval: a.f.probeInterval, TLS: a.tls, TLSAllowPlaintext: a.f.tlsAllowPlain,
 		NodeLease: a.f.nodeLease, FenceCommand: a.f.fenceCommand, FenceTimeout: a.f.fenceTimeout, ClockRate: a.f.clockRate,
-		RegisterToken: api.TokenFromEnv(a.f.aclToken),
+		OwnDetachTimeout: a.f.ownDetach,
+		RegisterToken:    api.TokenFromEnv(a.f.aclToken),
 	})
 	if err != nil {
 		return err

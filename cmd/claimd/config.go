@@ -115,6 +115,7 @@ var configKeys = []configKey{
 	{"client", "node_lease", "node-lease", kDuration, false, nodeLease, func(f *agentFlags) any { return &f.nodeLease }},
 	{"client", "fence_command", "fence-command", kString, false, nil, func(f *agentFlags) any { return &f.fenceCommand }},
 	{"client", "fence_timeout", "fence-timeout", kDuration, false, notNegativeDuration, func(f *agentFlags) any { return &f.fenceTimeout }},
+	{"client", "own_detach_timeout", "own-detach-timeout", kDuration, false, positive, func(f *agentFlags) any { return &f.ownDetach }},
 
 	// The TLS files are re-read on every SIGHUP (certificate rotation);
 	// pointing at other files needs a restart.

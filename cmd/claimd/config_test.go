@@ -62,6 +62,7 @@ client {
   node_lease            = "45s"
   fence_command         = "/usr/local/bin/stop-workload"
   fence_timeout         = "3s"
+  own_detach_timeout    = "4s"
   plugin "hostdir" {
     type             = "monolith"
     socket           = "/run/csi/hostdir.sock"
@@ -105,6 +106,7 @@ const fullJSON = `{
   "client": {
     "enabled": true, "servers": ["10.0.0.1:4647"], "plugin_probe_interval": "7s",
     "node_lease": "45s", "fence_command": "/usr/local/bin/stop-workload", "fence_timeout": "3s",
+    "own_detach_timeout": "4s",
     "plugin": {
       "hostdir": {"type": "monolith", "socket": "/run/csi/hostdir.sock", "controller_calls": 8},
       "ebs": {"type": "node", "socket": "unix:///run/csi/ebs.sock"}
@@ -164,6 +166,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
 		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload", fenceTimeout: 3 * time.Second,
+		ownDetach: 4 * time.Second,
 		plugins: pluginFlags{
 			{ID: "hostdir", Type: csi.PluginTypeMonolith, Socket: "/run/csi/hostdir.sock", ControllerCalls: 8},
 			{ID: "ebs", Type: csi.PluginTypeNode, Socket: "unix:///run/csi/ebs.sock"},

@@ -166,7 +166,19 @@ func (s *TestServer) ClientWithToken(token string) *api.Client {
 // the servers' own calls (ClientCSI.*, Status.HasNodeConn), which only a
 // server may make. With TLS off it is Client().
 func (s *TestServer) ServerIdentityClient() *api.Client {
+	return s.serverIdentityClient(0)
+}
+
+// ServerIdentityClientNoRetry is ServerIdentityClient for a call that is
+// expected to be answered no_leader: the answer is returned at once, not
+// retried for api.DefaultRetryNoLeaderFor (10 s) first.
+func (s *TestServer) ServerIdentityClientNoRetry() *api.Client {
+	return s.serverIdentityClient(-1)
+}
+
+func (s *TestServer) serverIdentityClient(retryNoLeaderFor time.Duration) *api.Client {
 	cfg := s.c.APIConfig(s.Addr, "")
+	cfg.RetryNoLeaderFor = retryNoLeaderFor
 	cfg.TokenFunc = s.c.lazyManagementToken
 	if pki := s.c.PKI(); pki != nil {
 		cfg.TLS = pki.Configurator(s.c.t, tlsutil.RoleServer).OutgoingConfig()

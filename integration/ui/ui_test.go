@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/claimd/claimd/api"
+	"github.com/claimd/claimd/client"
 	"github.com/claimd/claimd/csi/hostdir"
 	"github.com/claimd/claimd/httpapi"
 	"github.com/claimd/claimd/integration/harness"
@@ -42,7 +43,13 @@ type uiEnv struct {
 
 func newUIEnv(t *testing.T) *uiEnv {
 	t.Helper()
-	c := harness.NewCluster(t, 1, harness.Options{})
+	return newUIEnvOpts(t, harness.Options{})
+}
+
+// newUIEnvOpts is newUIEnv on a cluster made with opts.
+func newUIEnvOpts(t *testing.T, opts harness.Options) *uiEnv {
+	t.Helper()
+	c := harness.NewCluster(t, 1, opts)
 	c.StartAll()
 	srv := c.WaitForLeader(30 * time.Second)
 	e := &uiEnv{c: c, srv: srv, api: srv.Client(), addr: harness.FreeAddr(t)}
@@ -170,7 +177,10 @@ func shot(t *testing.T, ctx context.Context, name string) {
 // capability named, and survives the agent going away.
 func TestUI_StuckReleaseLiveUpdatesAndReadOnlyDetach(t *testing.T) {
 	needTools(t)
-	e := newUIEnv(t)
+	// w1's own unmount at web-zulu's stop can only fail (its plugin is
+	// gone): 2 s for it, not the agent's default 10 s, which this test
+	// only waited out before its release could fail on the servers' side.
+	e := newUIEnvOpts(t, harness.Options{ConfigureClient: func(cfg *client.Config) { cfg.OwnDetachTimeout = 2 * time.Second }})
 	// "zulu" sorts last by ID: listing it first must come from its stuck
 	// release, not from the order of IDs.
 	e.register(t, "alpha", "bravo", "zulu")
