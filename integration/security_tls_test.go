@@ -44,7 +44,24 @@ var serverName = tlsutil.Name(tlsutil.RoleServer, tlsutil.DefaultRegion)
 // bootstrapped, the server token committed, everything applied.
 func secureLeader(t *testing.T, n int) (*harness.Cluster, *harness.TestServer, *api.Client) {
 	t.Helper()
-	c := harness.NewCluster(t, n, harness.Options{})
+	return secureLeaderWith(t, n, harness.Options{})
+}
+
+// testHandshakeBound is the TLS handshake bound (-tls-handshake-timeout)
+// of the servers of the tests that wait for a stalled handshake to be
+// closed at it: they assert the same deadline as at the default, without
+// waiting out the default's 10 s.
+const testHandshakeBound = 3 * time.Second
+
+// withHandshakeBound: servers whose TLS handshake bound is d.
+func withHandshakeBound(d time.Duration) harness.Options {
+	return harness.Options{Configure: func(cfg *server.Config) { cfg.TLSHandshakeTimeout = d }}
+}
+
+// secureLeaderWith is secureLeader with the cluster's options.
+func secureLeaderWith(t *testing.T, n int, opts harness.Options) (*harness.Cluster, *harness.TestServer, *api.Client) {
+	t.Helper()
+	c := harness.NewCluster(t, n, opts)
 	c.StartAll()
 	s := c.WaitForLeader(electionWait)
 	cl := s.Client()
@@ -704,7 +721,10 @@ func clientHello(t *testing.T, cfg *tls.Config) []byte {
 }
 
 func TestTLS_GarbageAndTruncatedHandshakesAreClosed(t *testing.T) {
-	c, s, cl := secureLeader(t, 1)
+	// The servers' handshake bound, shorter than the default so that the
+	// stalled openings below are closed after 3 s, not 10.
+	const bound = testHandshakeBound
+	c, s, cl := secureLeaderWith(t, 1, withHandshakeBound(bound))
 	before := markState(t, s, cl)
 	stats := runtimeStats(t, cl)
 	cli := roleConfig(t, c.PKI(), tlsutil.RoleCLI)
@@ -736,7 +756,7 @@ func TestTLS_GarbageAndTruncatedHandshakesAreClosed(t *testing.T) {
 	for _, tc := range cases {
 		conn := dialRaw(t, s.Addr, append([]byte{byte(rpc.ProtoTLS)}, tc.payload...)...)
 		go func() {
-			elapsed, err := expectClosed(conn, rpc.HandshakeTimeout+5*time.Second)
+			elapsed, err := expectClosed(conn, bound+5*time.Second)
 			results <- result{tc.name, elapsed, err}
 		}()
 	}
@@ -749,7 +769,7 @@ func TestTLS_GarbageAndTruncatedHandshakesAreClosed(t *testing.T) {
 		t.Fatalf("handshake: %v", err)
 	}
 	go func() {
-		elapsed, err := expectClosed(idle, rpc.HandshakeTimeout+5*time.Second)
+		elapsed, err := expectClosed(idle, bound+5*time.Second)
 		results <- result{noInner, elapsed, err}
 	}()
 	// TLS inside TLS, meanwhile.
@@ -760,7 +780,7 @@ func TestTLS_GarbageAndTruncatedHandshakesAreClosed(t *testing.T) {
 	if _, err := tconn.Write([]byte{byte(rpc.ProtoTLS)}); err != nil {
 		t.Fatal(err)
 	}
-	if took, err := expectClosed(tconn, rpc.HandshakeTimeout+5*time.Second); err != nil {
+	if took, err := expectClosed(tconn, bound+5*time.Second); err != nil {
 		t.Fatalf("TLS inside TLS: %v", err)
 	} else {
 		t.Logf("TLS inside TLS: closed after %s", took.Round(time.Millisecond))
@@ -775,9 +795,9 @@ func TestTLS_GarbageAndTruncatedHandshakesAreClosed(t *testing.T) {
 		switch {
 		case r.err != nil:
 			t.Errorf("%s: %v", r.name, r.err)
-		case slow[r.name] && r.elapsed < rpc.HandshakeTimeout-500*time.Millisecond:
+		case slow[r.name] && r.elapsed < bound-500*time.Millisecond:
 			// Closed, but not by the deadline: something else went wrong.
-			t.Errorf("%s exp: closed at the %s handshake deadline got: closed after %s", r.name, rpc.HandshakeTimeout, r.elapsed)
+			t.Errorf("%s exp: closed at the %s handshake deadline got: closed after %s", r.name, bound, r.elapsed)
 		default:
 			t.Logf("%s: closed after %s", r.name, r.elapsed.Round(time.Millisecond))
 		}
@@ -811,7 +831,10 @@ func TestTLS_HandshakeFloodDoesNotExhaustServer(t *testing.T) {
 		maxOpening      = 256
 		maxOpeningPerIP = maxOpening / 2
 	)
-	c, s, cl := secureLeader(t, 1)
+	// The servers' handshake bound, shorter than the default so that the
+	// flood's stalled handshakes are closed after 3 s, not 10.
+	const bound = testHandshakeBound
+	c, s, cl := secureLeaderWith(t, 1, withHandshakeBound(bound))
 	before := markState(t, s, cl)
 	stats := runtimeStats(t, cl)
 	// The goroutine count is the whole test process's (the server runs in
@@ -850,11 +873,11 @@ func TestTLS_HandshakeFloodDoesNotExhaustServer(t *testing.T) {
 	peak, refused := 0, 0
 	var freshAt time.Duration
 	var lastErr error
-	deadline := start.Add(rpc.HandshakeTimeout + 15*time.Second)
+	deadline := start.Add(bound + 15*time.Second)
 	for freshAt == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("new client during the flood exp: connected within %s got: %d refusals, last: %v",
-				rpc.HandshakeTimeout+15*time.Second, refused, lastErr)
+				bound+15*time.Second, refused, lastErr)
 		}
 		st, err := cl.Runtime(harness.Ctx(t, 5*time.Second))
 		if err != nil {
@@ -882,7 +905,7 @@ func TestTLS_HandshakeFloodDoesNotExhaustServer(t *testing.T) {
 			baseline, maxOpeningPerIP/2, peak)
 	}
 	// Another address is not shut out by one address's flood.
-	if freshAt > rpc.HandshakeTimeout/2 {
+	if freshAt > bound/2 {
 		t.Fatalf("new client from another address exp: connects before the flood's handshakes time out got: after %s", freshAt)
 	}
 	if err := fresh.Ping(harness.Ctx(t, 10*time.Second)); err != nil {
@@ -891,7 +914,7 @@ func TestTLS_HandshakeFloodDoesNotExhaustServer(t *testing.T) {
 
 	// Every flood connection is closed by the server: at once past the
 	// bound, at the handshake deadline within it.
-	closeBy := start.Add(dialled + rpc.HandshakeTimeout + 5*time.Second)
+	closeBy := start.Add(dialled + bound + 5*time.Second)
 	open := 0
 	for i, conn := range conns {
 		// At least a second each: past its deadline a read fails at once,

@@ -13,9 +13,11 @@ import (
 	"github.com/claimd/claimd/structs"
 )
 
-// HandshakeTimeout bounds a TLS handshake on either side, so a peer that
-// starts one and goes silent holds a goroutine and a socket for at most
-// this long.
+// HandshakeTimeout bounds a TLS handshake on the dialling side, so a peer
+// that starts one and goes silent holds a goroutine and a socket for at
+// most this long. It is also a server's bound unless its configuration
+// says otherwise (server.Config.TLSHandshakeTimeout): a client talks to
+// many servers and keeps this one.
 const HandshakeTimeout = 10 * time.Second
 
 // TLSDialer wraps a dialer so every connection starts with ProtoTLS and a
@@ -88,10 +90,10 @@ func peerRefusedTLS(err error) bool {
 }
 
 // ServerHandshake runs the server side of a TLS handshake on conn (after
-// the TLS byte) within HandshakeTimeout, then reads the inner protocol
-// byte. TLS inside TLS is refused.
-func ServerHandshake(conn net.Conn, cfg *tls.Config) (*tls.Conn, Protocol, error) {
-	_ = conn.SetDeadline(time.Now().Add(HandshakeTimeout))
+// the TLS byte) within timeout (the server's configured bound), then reads
+// the inner protocol byte. TLS inside TLS is refused.
+func ServerHandshake(conn net.Conn, cfg *tls.Config, timeout time.Duration) (*tls.Conn, Protocol, error) {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
 	tc := tls.Server(conn, cfg)
 	if err := tc.Handshake(); err != nil {
 		return nil, 0, fmt.Errorf("TLS handshake: %w", err)

@@ -2,13 +2,15 @@ package server
 
 import (
 	"errors"
-	"github.com/claimd/claimd/leaderlease"
+	"fmt"
 	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/claimd/claimd/leaderlease"
 	"github.com/claimd/claimd/rpc"
+	"github.com/claimd/claimd/structs"
 	"github.com/claimd/claimd/tlsutil"
 )
 
@@ -73,6 +75,11 @@ type Config struct {
 	// TLSAllowPlaintext is the migration mode: accept plaintext beside TLS,
 	// and fall back to plaintext towards a peer that does not speak TLS yet.
 	TLSAllowPlaintext bool
+	// TLSHandshakeTimeout bounds an incoming connection's TLS handshake
+	// and its inner protocol byte, and how long its turn at the
+	// per-address handshake pace may be (0: rpc.HandshakeTimeout). This
+	// server's own dials keep rpc.HandshakeTimeout.
+	TLSHandshakeTimeout time.Duration
 	// ACLEnabled makes every endpoint check the caller's token.
 	ACLEnabled bool
 
@@ -87,6 +94,33 @@ type Config struct {
 	BeforeApply func(index uint64)
 }
 
+// The TLS handshake bound an operator may set. Below a second a slow
+// client on a loaded machine or a distant network (a handshake is two
+// round trips and a signature each way) would be cut off; above five
+// minutes a flood of silent handshakes holds its opening slots for that
+// long (maxOpening), shutting others out.
+const (
+	MinTLSHandshakeTimeout = time.Second
+	MaxTLSHandshakeTimeout = 5 * time.Minute
+)
+
+// ValidateTLSHandshakeTimeout refuses a bound outside
+// MinTLSHandshakeTimeout..MaxTLSHandshakeTimeout (0 included), naming field.
+func ValidateTLSHandshakeTimeout(field string, d time.Duration) error {
+	if d < MinTLSHandshakeTimeout || d > MaxTLSHandshakeTimeout {
+		return structs.Invalid(field, fmt.Sprintf("%s is outside %s to %s", d, MinTLSHandshakeTimeout, MaxTLSHandshakeTimeout))
+	}
+	return nil
+}
+
+// tlsHandshakeTimeout is the bound in force.
+func (c *Config) tlsHandshakeTimeout() time.Duration {
+	if c.TLSHandshakeTimeout == 0 {
+		return rpc.HandshakeTimeout
+	}
+	return c.TLSHandshakeTimeout
+}
+
 func (c *Config) validate() error {
 	if c.DataDir == "" {
 		return errors.New("data dir is required (-data-dir)")
@@ -99,6 +133,11 @@ func (c *Config) validate() error {
 	}
 	if err := leaderlease.Validate("storage_lease", c.StorageLease); err != nil {
 		return err
+	}
+	if c.TLSHandshakeTimeout != 0 {
+		if err := ValidateTLSHandshakeTimeout("tls_handshake_timeout", c.TLSHandshakeTimeout); err != nil {
+			return err
+		}
 	}
 	if c.BindAddr == "" && c.Listener == nil {
 		return errors.New("bind address is required (-bind)")

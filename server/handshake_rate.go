@@ -11,8 +11,8 @@ import (
 // once, and on a loaded two-core machine Raft's heartbeats queued behind
 // them long enough for the leader to step down). Past the burst a new
 // handshake waits for its turn, holding its opening slot (maxOpeningPerIP
-// bounds those), and one that would wait past rpc.HandshakeTimeout is
-// refused at once.
+// bounds those), and one that would wait past the server's handshake
+// bound (Config.TLSHandshakeTimeout) is refused at once.
 const (
 	// handshakeBurstPerIP handshakes may start at once from one address:
 	// a test cluster of a dozen agents and its CLIs starting together

@@ -16,9 +16,10 @@ import (
 
 // maxOpening bounds the connections that are still opening (first byte,
 // TLS handshake) at once. Each holds a goroutine and a socket for at most
-// firstByteTimeout + rpc.HandshakeTimeout; past the bound a new connection
-// is closed at once, so a flood of silent or slow handshakes costs a fixed
-// amount of memory.
+// firstByteTimeout, then its wait for a handshake turn and the handshake
+// itself, each within the handshake bound (Config.TLSHandshakeTimeout);
+// past maxOpening a new connection is closed at once, so a flood of silent
+// or slow handshakes costs a fixed amount of memory.
 const maxOpening = 256
 
 // firstByteTimeout bounds how long a new connection may stay silent before
@@ -149,8 +150,8 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	}
 	defer release()
 	// Tracked while it opens, so that Shutdown closes it instead of
-	// waiting out its deadlines (up to firstByteTimeout+HandshakeTimeout
-	// for a silent peer).
+	// waiting out its deadlines (up to firstByteTimeout and twice the
+	// handshake bound for a silent peer).
 	if !s.track(conn) {
 		return info, 0, nil, false
 	}
@@ -182,12 +183,13 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 	if host, _, err := net.SplitHostPort(ip); err == nil {
 		ip = host
 	}
-	wait, ok := s.limits.handshakes.reserve(ip, time.Now(), rpc.HandshakeTimeout)
+	bound := s.cfg.tlsHandshakeTimeout()
+	wait, ok := s.limits.handshakes.reserve(ip, time.Now(), bound)
 	if !ok {
 		s.security.OpeningRefused.Add(1)
 		metrics.IncrCounter([]string{"rpc", "opening_refused"}, 1)
 		s.logRPCRefusal(s.limits, "connection refused", info.Remote,
-			"too many TLS handshakes from this address: its turn would come after rpc.HandshakeTimeout")
+			"too many TLS handshakes from this address: its turn would come after the "+bound.String()+" handshake bound (tls_handshake_timeout)")
 		conn.Close()
 		return info, 0, nil, false
 	}
@@ -201,7 +203,7 @@ func (s *Server) openConn(conn net.Conn) (endpoints.ConnInfo, rpc.Protocol, net.
 			return info, 0, nil, false
 		}
 	}
-	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig())
+	tc, inner, err := rpc.ServerHandshake(conn, s.cfg.TLS.IncomingConfig(), bound)
 	if err != nil {
 		s.security.TLSHandshakeFails.Add(1)
 		metrics.IncrCounter([]string{"tls", "handshake_failures"}, 1)

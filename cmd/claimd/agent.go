@@ -22,6 +22,7 @@ import (
 	"github.com/claimd/claimd/httpapi"
 	"github.com/claimd/claimd/raftnode"
 	"github.com/claimd/claimd/reconcile"
+	"github.com/claimd/claimd/rpc"
 	"github.com/claimd/claimd/server"
 	"github.com/claimd/claimd/tlsutil"
 	"github.com/claimd/claimd/watcher"
@@ -62,6 +63,7 @@ type agentFlags struct {
 	httpHosts       string // -http-allowed-hosts, comma-separated
 	tls             tlsutil.Config
 	tlsAllowPlain   bool
+	tlsHandshake    time.Duration
 	aclEnabled      bool
 	apCleanupDead   bool // -autopilot-cleanup-dead-servers
 	aclToken        string
@@ -176,6 +178,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) *configPaths {
 	fs.StringVar(&f.tls.KeyFile, "tls-key-file", "", "the key of -tls-cert-file (PEM)")
 	fs.BoolVar(&f.tls.VerifyServerHostname, "tls-verify-server-hostname", true, "require servers' certificates to name server.<region>.claimd")
 	fs.StringVar(&f.tls.Region, "region", tlsutil.DefaultRegion, "region named in certificates")
+	fs.DurationVar(&f.tlsHandshake, "tls-handshake-timeout", rpc.HandshakeTimeout, "server: how long an incoming connection may take over its TLS handshake and its first byte inside TLS, and the longest it may wait for its address's turn to start one; past it the connection is closed ("+server.MinTLSHandshakeTimeout.String()+" to "+server.MaxTLSHandshakeTimeout.String()+")")
 	fs.BoolVar(&f.tlsAllowPlain, "tls-allow-plaintext", false, "migration mode: accept plaintext beside TLS while a cluster is switched (never leave it on)")
 	fs.BoolVar(&f.aclEnabled, "acl-enabled", false, "server: check ACL tokens on every call")
 	fs.StringVar(&f.aclToken, "acl-token", "", "client: a token that grants node:write, to register a new node when ACLs are on without TLS (default $CLAIMD_TOKEN)")
@@ -415,27 +418,32 @@ func (a *agent) runUntilSignal(files *agentConfigFiles) {
 }
 
 func startServer(f agentFlags, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*server.Server, error) {
+	// server.Config takes 0 as its default; an operator's 0 is a mistake.
+	if err := server.ValidateTLSHandshakeTimeout("tls_handshake_timeout", f.tlsHandshake); err != nil {
+		return nil, err
+	}
 	cfg := server.Config{
-		NodeName:           f.nodeName,
-		DataDir:            f.dataDir,
-		BindAddr:           f.bind,
-		AdvertiseAddr:      f.advertise,
-		BootstrapExpect:    f.bootstrapExpect,
-		Join:               splitList(f.join),
-		RaftMultiplier:     f.raftMultiplier,
-		RaftLogStore:       f.raftLogStore,
-		HeartbeatTTL:       f.heartbeatTTL,
-		StorageLease:       f.storageLease,
-		ClaimGCInterval:    f.claimGCInterval,
-		ReconcileInterval:  f.reconcileEvery,
-		ReleaseWorkers:     f.releaseWorkers,
-		ReleaseBackoffBase: f.backoffBase,
-		ReleaseBackoffMax:  f.backoffMax,
-		TLS:                tlsConf,
-		TLSAllowPlaintext:  f.tlsAllowPlain,
-		ACLEnabled:         f.aclEnabled,
-		Logger:             logger,
-		Autopilot:          server.AutopilotConfig{CleanupDeadServers: f.apCleanupDead},
+		NodeName:            f.nodeName,
+		DataDir:             f.dataDir,
+		BindAddr:            f.bind,
+		AdvertiseAddr:       f.advertise,
+		BootstrapExpect:     f.bootstrapExpect,
+		Join:                splitList(f.join),
+		RaftMultiplier:      f.raftMultiplier,
+		RaftLogStore:        f.raftLogStore,
+		HeartbeatTTL:        f.heartbeatTTL,
+		StorageLease:        f.storageLease,
+		ClaimGCInterval:     f.claimGCInterval,
+		ReconcileInterval:   f.reconcileEvery,
+		ReleaseWorkers:      f.releaseWorkers,
+		ReleaseBackoffBase:  f.backoffBase,
+		ReleaseBackoffMax:   f.backoffMax,
+		TLS:                 tlsConf,
+		TLSAllowPlaintext:   f.tlsAllowPlain,
+		TLSHandshakeTimeout: f.tlsHandshake,
+		ACLEnabled:          f.aclEnabled,
+		Logger:              logger,
+		Autopilot:           server.AutopilotConfig{CleanupDeadServers: f.apCleanupDead},
 	}
 	return server.New(cfg)
 }

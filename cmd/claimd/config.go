@@ -106,6 +106,7 @@ var configKeys = []configKey{
 	{"server", "release_backoff_base", "release-backoff-base", kDuration, true, positive, func(f *agentFlags) any { return &f.backoffBase }},
 	{"server", "release_backoff_max", "release-backoff-max", kDuration, true, positive, func(f *agentFlags) any { return &f.backoffMax }},
 	{"server", "leave_on_terminate", "leave-on-terminate", kBool, false, nil, func(f *agentFlags) any { return &f.leaveOnTerm }},
+	{"server", "tls_handshake_timeout", "tls-handshake-timeout", kDuration, false, tlsHandshakeTimeout, func(f *agentFlags) any { return &f.tlsHandshake }},
 	{"server", "autopilot_cleanup_dead_servers", "autopilot-cleanup-dead-servers", kBool, false, nil, func(f *agentFlags) any { return &f.apCleanupDead }},
 
 	{"client", "enabled", "client", kBool, false, nil, func(f *agentFlags) any { return &f.client }},
@@ -531,6 +532,14 @@ func storageLease(v any) error {
 	d := v.(time.Duration)
 	if d < leaderlease.Min || d > leaderlease.Max {
 		return fmt.Errorf("%s is outside %s to %s", d, leaderlease.Min, leaderlease.Max)
+	}
+	return nil
+}
+
+func tlsHandshakeTimeout(v any) error {
+	d := v.(time.Duration)
+	if d < server.MinTLSHandshakeTimeout || d > server.MaxTLSHandshakeTimeout {
+		return fmt.Errorf("%s is outside %s to %s", d, server.MinTLSHandshakeTimeout, server.MaxTLSHandshakeTimeout)
 	}
 	return nil
 }

@@ -51,6 +51,7 @@ server {
   release_backoff_base = "2s"
   release_backoff_max  = "2m"
   leave_on_terminate   = true
+  tls_handshake_timeout = "7s"
 
   autopilot_cleanup_dead_servers = true
 }
@@ -100,7 +101,7 @@ const fullJSON = `{
   "server": {
     "enabled": true, "bootstrap_expect": 3, "join": ["10.0.0.2:4647", "10.0.0.3:4647"],
     "raft_multiplier": 1.5, "raft_log_store": "wal", "heartbeat_ttl": "20s", "storage_lease": "15s", "claim_gc_interval": "10m", "reconcile_interval": "5m", "release_workers": 8,
-    "release_backoff_base": "2s", "release_backoff_max": "2m", "leave_on_terminate": true,
+    "release_backoff_base": "2s", "release_backoff_max": "2m", "leave_on_terminate": true, "tls_handshake_timeout": "7s",
     "autopilot_cleanup_dead_servers": true
   },
   "client": {
@@ -163,7 +164,7 @@ func TestConfigFile_HCLAndJSONSayTheSame(t *testing.T) {
 		httpAddr: "127.0.0.1:4646", httpHosts: "claimd.internal", logLevel: "warn", logJSON: true, debugAddr: "127.0.0.1:6060",
 		server: true, bootstrapExpect: 3, join: "10.0.0.2:4647,10.0.0.3:4647", raftMultiplier: 1.5, raftLogStore: "wal",
 		heartbeatTTL: 20 * time.Second, storageLease: 15 * time.Second, claimGCInterval: 10 * time.Minute, reconcileEvery: 5 * time.Minute, releaseWorkers: 8,
-		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true,
+		backoffBase: 2 * time.Second, backoffMax: 2 * time.Minute, leaveOnTerm: true, apCleanupDead: true, tlsHandshake: 7 * time.Second,
 		client: true, servers: "10.0.0.1:4647", probeInterval: 7 * time.Second,
 		nodeLease: 45 * time.Second, fenceCommand: "/usr/local/bin/stop-workload", fenceTimeout: 3 * time.Second,
 		ownDetach: 4 * time.Second,
@@ -365,6 +366,12 @@ func TestConfigFile_BadFilesAreRefusedNamingFileLineAndKey(t *testing.T) {
 			[]string{"a.hcl:2:", "server.release_workers", "got the number 1.5"}},
 		{"negative duration", "a.hcl", "server {\n  release_backoff_max = \"-1s\"\n}\n",
 			[]string{"a.hcl:2:", "server.release_backoff_max", "must be longer than 0"}},
+		{"TLS handshake bound of 0", "a.hcl", "server {\n  tls_handshake_timeout = \"0s\"\n}\n",
+			[]string{"a.hcl:2:", "server.tls_handshake_timeout", "0s is outside 1s to 5m0s"}},
+		{"TLS handshake bound too short", "a.hcl", "server {\n  tls_handshake_timeout = \"500ms\"\n}\n",
+			[]string{"a.hcl:2:", "server.tls_handshake_timeout", "500ms is outside 1s to 5m0s"}},
+		{"TLS handshake bound too long", "a.hcl", "server {\n  tls_handshake_timeout = \"1h\"\n}\n",
+			[]string{"a.hcl:2:", "server.tls_handshake_timeout", "1h0m0s is outside 1s to 5m0s"}},
 		{"string for a bool", "a.hcl", "log_json = \"true\"\n", []string{"a.hcl:1:", "log_json", "want true or false, got a string"}},
 		{"bare word for a bool", "a.hcl", "server {\n  enabled = yes\n}\n", []string{"a.hcl:2:", "server.enabled", "want true or false, got the bare word yes"}},
 		{"string for a list", "a.hcl", "server {\n  join = \"10.0.0.2:4647\"\n}\n", []string{"a.hcl:2:", "server.join", "want a list of strings"}},
