@@ -51,6 +51,10 @@ func TestUI_DrainPreviewThenConfirm(t *testing.T) {
 	}
 	e.waitAlloc(t, "web-alpha", structs.AllocClientRunning)
 
+	// A marker on the page's window: it survives only if the page is
+	// never reloaded, so its presence later proves the update came live.
+	eval[string](t, ctx, `window.liveMarker = "set"; "ok"`)
+
 	do(t, ctx, chromedp.Click(chromedp.CSS(`.drain-plan button.drain-confirm`)))
 	harness.WaitFor(t, 60*time.Second, func() error {
 		st, _, err := e.api.NodeDrainStatus(harness.Ctx(t, 10*time.Second), node, structs.QueryOptions{})
@@ -62,11 +66,22 @@ func TestUI_DrainPreviewThenConfirm(t *testing.T) {
 		}
 		return nil
 	})
-	waitPage(t, ctx, 60*time.Second, "node shown ineligible and drained, live", `(() => {
+	// Live: the page wakes on the claims' change itself (ui Sources), not
+	// when its blocking query on the nodes runs out (15 s); 8 s fails a
+	// page that waits for that and leaves room for a busy -race machine.
+	// A page blocking on the nodes alone still passes the bound when a
+	// node write (a re-registration) happens to follow the release: the
+	// blocking query on the volumes is asserted too.
+	done := time.Now()
+	waitPage(t, ctx, 8*time.Second, "node shown ineligible and drained, live", `(() => {
+		if (window.liveMarker !== "set") return "the page was reloaded";
 		const card = document.querySelector("article[data-node]");
 		if (!card.innerText.includes("ineligible")) return "card: " + card.innerText;
-		return card.innerText.includes("drained: its node plugins may be stopped") ? "" : "not shown drained: " + card.innerText;
+		if (!card.innerText.includes("drained: its node plugins may be stopped")) return "not shown drained: " + card.innerText;
+		const blocking = performance.getEntriesByType("resource").some((r) => /\/v1\/volumes\?index=\d+&wait=/.test(r.name));
+		return blocking ? "" : "no blocking query on /v1/volumes";
 	})()`)
+	t.Logf("drain done to the page showing it drained: %s", time.Since(done).Round(time.Millisecond))
 	do(t, ctx, chromedp.Navigate(e.http.URL()+"/ui/#/volume/alpha"))
 	waitPage(t, ctx, 30*time.Second, "the freed claim's release path", `(() => {
 		const row = document.querySelector('tr[data-released="web-alpha"]');

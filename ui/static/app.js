@@ -2,9 +2,9 @@
 //
 // Every page reads the cluster through the public HTTP API with the token
 // kept in this tab's session storage; the servers decide what it may see
-// and do. A page stays current through one blocking query at a time (the
-// API's ?index=&wait=), so an idle page costs the servers one waiting
-// request, not a poll every second.
+// and do. A page stays current through blocking queries (the API's
+// ?index=&wait=): one per table it shows state from, so an idle page costs
+// the servers a waiting request or a few, not a poll every second.
 "use strict";
 
 const TOKEN_KEY = "claimd-token";
@@ -170,8 +170,10 @@ function sleep(ms, signal) {
   });
 }
 
-// live runs page.load(index, signal) again each time its blocking query
-// returns, and renders what it returns. Network errors and 5xx show the
+// live runs page.load(params, index, signal, cursor) again each time its
+// blocking query returns, and renders what it returns. A page that blocks
+// on several tables returns a cursor (its Sources) and, as index, a number
+// that grows whenever any of them moves. Network errors and 5xx show the
 // banner and retry with backoff; a 4xx stops the loop with the error shown
 // (a new token or page starts again).
 async function live(page, params) {
@@ -180,19 +182,22 @@ async function live(page, params) {
   current = ctl;
   const signal = ctl.abort.signal;
   let index = 0;
+  let cursor = null;
   let backoff = BACKOFF_MIN_MS;
   const main = document.getElementById("main");
   while (!signal.aborted) {
     try {
       const started = Date.now();
-      const res = await page.load(params, index, signal);
+      const res = await page.load(params, index, signal, cursor);
       if (signal.aborted) return;
+      cursor = res.cursor || null;
       // A blocking query that answers at once with nothing new (a server
       // that does not block) must not turn into a tight loop.
       if (index && res.index === index && Date.now() - started < 1000) await sleep(1000, signal);
       // An index that went backwards (a restored snapshot, another
       // cluster) would block for nothing: start over.
       index = res.index > index ? res.index : res.index < index ? 0 : index;
+      if (!index) cursor = null;
       setBanner("");
       if (!page.keepError) setError("");
       const view = page.render(res.data, params);
@@ -227,6 +232,98 @@ async function live(page, params) {
 function blocking(path, index) {
   const sep = path.includes("?") ? "&" : "?";
   return index ? path + sep + "index=" + index + "&wait=" + WAIT : path;
+}
+
+// Sources keeps a page live on several tables at once: the nodes page
+// shows a node's state (nodes), its allocations (allocs) and whether it is
+// drained, which is its volumes' claims (volumes); blocking on the nodes
+// alone showed a finished drain only when that query timed out, 15 s
+// later. Each source has at most one blocking query in flight, at its own
+// index; changed() returns as soon as any of them answers, and the others
+// stay in flight into the next round instead of being cancelled and
+// asked again: the server does not see a query cancelled (the agent only
+// drops its stream), so it stays parked there until what it watches
+// changes or its wait runs out, and counts against the token's limit of
+// reads in flight (endpoints/query_gate.go): cancelling the slower ones
+// on every change would pile them up there. The page's signal cancels them all when the
+// page goes. So a page costs one request in flight per source, and one
+// new request per answer.
+//
+// specs: name -> { path, optional }. An optional source the token may not
+// read becomes a note, as optional() does, and is not asked again.
+class Sources {
+  constructor(specs) {
+    this.specs = specs;
+    this.state = {}; // name -> { body, index, pending, note }
+  }
+
+  // load reads every source once, without blocking.
+  async load(signal) {
+    await Promise.all(Object.entries(this.specs).map(async ([name, spec]) => {
+      const st = { body: null, index: 0, pending: null, note: "" };
+      this.state[name] = st;
+      try {
+        const r = await api(spec.path, { signal });
+        st.body = r.body;
+        st.index = r.index;
+      } catch (err) {
+        if (!this.refused(spec, st, err)) throw err;
+      }
+    }));
+  }
+
+  refused(spec, st, err) {
+    if (!spec.optional || !(err instanceof APIError) || err.status >= 500) return false;
+    st.body = null;
+    st.note = spec.path + ": " + describe(err);
+    return true;
+  }
+
+  // changed waits until one source's blocking query answers, and keeps
+  // its answer; a wait that ran out answers too, with the same index (live
+  // keeps that from looping).
+  async changed(signal) {
+    const waiting = [];
+    for (const [name, spec] of Object.entries(this.specs)) {
+      const st = this.state[name];
+      if (st.note) continue;
+      if (!st.pending) {
+        st.pending = api(blocking(spec.path, st.index), { signal })
+          .then((r) => ({ name, r }), (err) => ({ name, err }));
+      }
+      waiting.push(st.pending);
+    }
+    if (!waiting.length) return sleep(15000, signal); // nothing to block on
+    const { name, r, err } = await Promise.race(waiting);
+    const st = this.state[name];
+    st.pending = null;
+    if (err) {
+      if (!this.refused(this.specs[name], st, err)) throw err;
+      return;
+    }
+    st.body = r.body;
+    st.index = r.index;
+  }
+
+  body(name) { return this.state[name].body; }
+
+  notes() { return Object.values(this.state).map((st) => st.note).filter(Boolean); }
+
+  // index grows whenever any source's index does (live's loop guard and
+  // its start-over on an index that went backwards).
+  index() { return Object.values(this.state).reduce((sum, st) => sum + st.index, 0); }
+}
+
+// sourcesRound is one round of a page on Sources: the first read of them
+// all (index 0: live starts or starts over), or the next change of any.
+async function sourcesRound(specs, index, signal, cursor) {
+  if (!index || !cursor) {
+    cursor = new Sources(specs);
+    await cursor.load(signal);
+  } else {
+    await cursor.changed(signal);
+  }
+  return cursor;
 }
 
 // ---- shared lookups ----
@@ -573,15 +670,16 @@ function capabilityList(caps) {
 
 pages.nodes = {
   keepError: true,
-  async load(params, index, signal) {
-    const notes = [];
-    const nodes = await api(blocking("/v1/nodes", index), { signal });
-    const [plugins, allocs, vols] = await Promise.all([
-      optional("/v1/plugins", signal, notes),
-      optional("/v1/allocs", signal, notes),
-      optional("/v1/volumes", signal, notes),
-    ]);
-    return { index: nodes.index, data: { nodes: nodes.body, plugins: plugins || [], allocs: allocs || [], vols: vols || [] }, notes };
+  async load(params, index, signal, cursor) {
+    // Live on all three tables the cards show state from (Sources).
+    const src = await sourcesRound({
+      nodes: { path: "/v1/nodes" },
+      allocs: { path: "/v1/allocs", optional: true },
+      vols: { path: "/v1/volumes", optional: true },
+    }, index, signal, cursor);
+    const notes = src.notes();
+    const plugins = await optional("/v1/plugins", signal, notes);
+    return { index: src.index(), cursor: src, data: { nodes: src.body("nodes"), plugins: plugins || [], allocs: src.body("allocs") || [], vols: src.body("vols") || [] }, notes };
   },
   render({ nodes, plugins, allocs, vols }, params) {
     const out = h("section", { "aria-labelledby": "h-nodes" }, h("h1", { id: "h-nodes" }, "Nodes"));
@@ -722,11 +820,16 @@ function nodeActions(n, held) {
 }
 
 pages.allocs = {
-  async load(params, index, signal) {
-    const notes = [];
-    const allocs = await api(blocking("/v1/allocs", index), { signal });
-    const [vols, nodes] = await Promise.all([optional("/v1/volumes", signal, notes), optional("/v1/nodes", signal, notes)]);
-    return { index: allocs.index, data: { allocs: allocs.body, vols: vols || [], nodes }, notes };
+  async load(params, index, signal, cursor) {
+    // The claim state shown per volume is the volumes' (Sources); node
+    // names are only names.
+    const src = await sourcesRound({
+      allocs: { path: "/v1/allocs" },
+      vols: { path: "/v1/volumes", optional: true },
+    }, index, signal, cursor);
+    const notes = src.notes();
+    const nodes = await optional("/v1/nodes", signal, notes);
+    return { index: src.index(), cursor: src, data: { allocs: src.body("allocs"), vols: src.body("vols") || [], nodes }, notes };
   },
   render({ allocs, vols, nodes }, params) {
     const shown = params.id ? allocs.filter((a) => a.id === params.id) : allocs;
