@@ -202,6 +202,10 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	var mu sync.Mutex
 	placed := map[string]bool{}  // acknowledged placements
 	stopped := map[string]bool{} // acknowledged stops
+	// The placement in flight when the workload was told to stop: the
+	// servers may have committed it though its caller saw only the
+	// cancellation, so it is looked up and stopped like the others.
+	var unacked string
 	cycles := 0
 	wg.Add(1)
 	go func() {
@@ -226,6 +230,9 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 					Volumes: []*structs.AllocVolumeRequest{{VolumeID: vol}}})
 				return err
 			}) {
+				mu.Lock()
+				unacked = id
+				mu.Unlock()
 				return
 			}
 			mu.Lock()
@@ -341,6 +348,12 @@ func TestUpgrade_RollingFromEarlierBuild(t *testing.T) {
 	// stopped) is stopped too, every claim is freed.
 	mu.Lock()
 	defer mu.Unlock()
+	if unacked != "" {
+		if a, _, err := c.Alloc(harness.Ctx(t, 15*time.Second), unacked, structs.QueryOptions{}); err == nil && a != nil {
+			t.Logf("placement of %s was committed though its caller was cancelled; stopping it too", unacked)
+			placed[unacked] = true
+		}
+	}
 	for id := range placed {
 		if !stopped[id] {
 			harness.WaitFor(t, 30*time.Second, func() error {
