@@ -240,9 +240,12 @@ func TestSnapshot_SaveUnderLoadRestoreIntoFreshCluster(t *testing.T) {
 	}
 
 	// Cluster B, fresh, with a state of its own. Its heartbeat TTL leaves
-	// time to compare digests before the archive's nodes, which no agent
-	// heartbeats for yet, are marked down.
-	b := harness.NewCluster(t, 3, harness.Options{Configure: func(c *server.Config) { c.HeartbeatTTL = 10 * time.Second }})
+	// time to compare digests and bring w1 back before the archive's nodes,
+	// which no agent heartbeats for yet, are marked down (TTL + TTL/2 after
+	// the restore: 6 s; both took under 0.1 s when measured). The test
+	// ends by waiting for w2 to be marked down, so a longer TTL only
+	// lengthens that wait (10 s made it 15 s).
+	b := harness.NewCluster(t, 3, harness.Options{Configure: func(c *server.Config) { c.HeartbeatTTL = 4 * time.Second }})
 	b.StartAll()
 	b.WaitForLeader(electionWait)
 	bToken := b.ManagementToken()
