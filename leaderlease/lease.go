@@ -112,11 +112,19 @@ func (l *Lease) WaiveHoldoff() {
 	}
 }
 
-// Lost ends the tenure: every grant of it fails from now on.
+// Lost ends the tenure: every grant of it fails from now on. A call
+// waiting out the tenure's hold-off is woken to fail at once: otherwise it
+// waited for the hold-off's end (up to LeaseExpiry) before it saw the
+// tenure was over, and held up the step-down (or shutdown) that waits
+// for the leader's duties to stop.
 func (l *Lease) Lost() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.leading = false
+	if !l.holdoffEnd.IsZero() {
+		l.holdoffEnd = time.Time{}
+		close(l.holdoffChanged)
+	}
 }
 
 // Mark is taken before an entry is appended: the tenure and the time.

@@ -233,3 +233,54 @@ func TestGrant_WaivedHoldoffWakesTheWaiters(t *testing.T) {
 		t.Fatal("a waived hold-off exp: the waiting call goes on got: still waiting")
 	}
 }
+
+// A call waiting out the hold-off when the tenure ends fails at once with
+// no_leader (nothing called), not at the hold-off's end: the leader's
+// step-down and shutdown wait for such calls.
+func TestGrant_LostTenureWakesTheHoldoffWaiters(t *testing.T) {
+	l := New(10*time.Second, func() error { return nil })
+	l.Won()
+	g, err := l.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, cancel, err := g.Context(context.Background())
+		if cancel != nil {
+			cancel()
+		}
+		done <- err
+	}()
+	// It waits (the hold-off is 12.5 s). Lost before the call reached
+	// its wait would pass without the wake-up; this check makes that
+	// unlikely, and cannot make the test fail on a slow machine.
+	select {
+	case err := <-done:
+		t.Fatalf("a call in the hold-off exp: waiting got: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	l.Lost()
+	select {
+	case err := <-done:
+		if !errors.Is(err, structs.ErrNoLeader) {
+			t.Fatalf("a call waiting out the hold-off of a lost tenure exp: no_leader got: %v", err)
+		}
+	case <-time.After(5 * time.Second): // the hold-off itself is 12.5 s
+		t.Fatal("a lost tenure exp: the waiting call fails at once got: still waiting")
+	}
+	// A new tenure holds off again; Lost twice is harmless.
+	l.Lost()
+	l.Won()
+	if g2, err := l.Begin(); err != nil {
+		t.Fatal(err)
+	} else if _, _, err := g2.Context(cancelledCtx()); err == nil {
+		t.Fatal("a new tenure exp: a hold-off again got: none")
+	}
+}
+
+func cancelledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}

@@ -44,6 +44,10 @@ func (s *Server) monitorLeadership() {
 				stop()
 			}
 		case <-s.shutdownCh:
+			// The tenure ends with the server: calls waiting out its
+			// hold-off fail now, so the duties (stopped by the deferred
+			// stop) are not held up until the hold-off's end.
+			s.lease.Lost()
 			return
 		}
 	}
