@@ -98,7 +98,26 @@ func (v *Volume) ensurePublished(claim *structs.Claim, reply *structs.VolumeClai
 	if published != nil {
 		reply.Claim = published
 	}
-	return err
+	return afterCommit(claim, err)
+}
+
+// afterCommit is the answer to a claim whose entry is already in the log
+// when its publish step failed. no_leader tells a caller, the forwarder and
+// the Go client that nothing was applied (they send it again on that word
+// alone); here the claim was taken, and only the controller publish (or its
+// record) was not made because this server stopped leading. So that answer
+// becomes unavailable, an outcome the caller must find out, naming the
+// controller publish: a client agent claims again and the next leader
+// publishes. Found by the chaos suite: a no_leader that the Go client
+// retried until every server refused the dial read as a definite refusal
+// of a claim that was held.
+func afterCommit(claim *structs.Claim, err error) error {
+	if err == nil || !errors.Is(err, structs.ErrNoLeader) {
+		return err
+	}
+	return structs.NewError(structs.CodeUnavailable, fmt.Sprintf(
+		"the claim of volume %q for alloc %q was recorded, but this server stopped leading before its controller publish was made or recorded (%v); claim again to have it published",
+		claim.VolumeID, claim.AllocID, err))
 }
 
 // recordPublished records on the claim that its node holds the controller
