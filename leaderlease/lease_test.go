@@ -209,20 +209,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestGrant_WaivedHoldoffWakesTheWaiters(t *testing.T) {
-	l := New(10*time.Second, func() error { return nil })
-	l.Won()
-	g, err := l.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, cancel, err := g.Context(context.Background())
-		if cancel != nil {
-			cancel()
-		}
-		done <- err
-	}()
+	l, done := callInHoldoff(t)
 	l.WaiveHoldoff()
 	select {
 	case err := <-done:
@@ -238,20 +225,7 @@ func TestGrant_WaivedHoldoffWakesTheWaiters(t *testing.T) {
 // no_leader (nothing called), not at the hold-off's end: the leader's
 // step-down and shutdown wait for such calls.
 func TestGrant_LostTenureWakesTheHoldoffWaiters(t *testing.T) {
-	l := New(10*time.Second, func() error { return nil })
-	l.Won()
-	g, err := l.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, cancel, err := g.Context(context.Background())
-		if cancel != nil {
-			cancel()
-		}
-		done <- err
-	}()
+	l, done := callInHoldoff(t)
 	// It waits (the hold-off is 12.5 s). Lost before the call reached
 	// its wait would pass without the wake-up; this check makes that
 	// unlikely, and cannot make the test fail on a slow machine.
@@ -277,6 +251,27 @@ func TestGrant_LostTenureWakesTheHoldoffWaiters(t *testing.T) {
 	} else if _, _, err := g2.Context(cancelledCtx()); err == nil {
 		t.Fatal("a new tenure exp: a hold-off again got: none")
 	}
+}
+
+// callInHoldoff starts a storage call in a new tenure's 12.5 s hold-off;
+// its answer arrives on the channel.
+func callInHoldoff(t *testing.T) (*Lease, <-chan error) {
+	t.Helper()
+	l := New(10*time.Second, func() error { return nil })
+	l.Won()
+	g, err := l.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, cancel, err := g.Context(context.Background())
+		if cancel != nil {
+			cancel()
+		}
+		done <- err
+	}()
+	return l, done
 }
 
 func cancelledCtx() context.Context {
